@@ -1,0 +1,411 @@
+# instrfn trampolines for x86_64 Linux (System V ABI), AT&T syntax.
+#
+# This is the annotated reference: the other architectures follow the same plan and their files
+# only document how they differ. The file is assembled as one `global_asm!` block by
+# src/arch/x86_64.rs; the exported names (mcount, _mcount, __fentry__, the gcrt entry points and
+# the C API) are naked Rust functions there that jump into the routines below, because a cdylib
+# exports only symbols that rustc itself defines.
+#
+# Plan of every counting call
+#   fast path  (this file, no stack frame): the guard is clear and the arc (from_pc, self_pc) is
+#              already in this thread's table: add one to its count and return. Touches only the
+#              red zone, this thread's TLS and this thread's table.
+#   slow path  (instrfn_x86_64_slow): the thread has no table yet, the arc is new, or the
+#              runtime is not initialised. Saves every register the instrumented code may still
+#              use (GPRs and the whole XSAVE state, so AVX upper halves survive vzeroupper in
+#              libc), blocks all signals, sets the guard and calls the Rust
+#              `instrfn_slow_path(tls, from_pc, self_pc)`.
+#
+# Shared layouts (keep in sync with src/thread.rs `Tls` and src/arcs.rs `ArcTable`/`Slot`):
+#   Tls, one per thread in .tbss (initial-exec TLS, reached through %fs):
+#      0  table   current ArcTable of this thread, 0 until the slow path gives it one
+#      8  guard   nonzero while runtime code runs on this thread: counting calls return at once
+#     16  block   the ThreadBlock that owns `table`
+#   ArcTable:
+#      0  mask    (capacity - 1) * 32: a byte-offset mask over the slot array
+#     64  slots   capacity slots of 32 bytes: self_pc, from_pc, count, unused
+#   slot byte offset = ((((from_pc rotl 32) ^ self_pc) * 0x5bd1e995) >> 27) & mask, then linear
+#   probing in steps of 32 bytes; a slot whose self_pc is 0 is empty.
+
+    .section .tbss,"awT",@nobits
+    .p2align 6
+    .globl instrfn_tls
+    .hidden instrfn_tls
+    .type instrfn_tls,@object
+    .size instrfn_tls, 64
+instrfn_tls:
+    .zero 64
+
+    .data
+    # Nonzero while recording is on (instrfn::start/stop, moncontrol). Read by every fast path.
+    .globl instrfn_enabled
+    .hidden instrfn_enabled
+    .type instrfn_enabled,@object
+    .size instrfn_enabled, 1
+instrfn_enabled:
+    .byte 1
+
+    # XSAVE parameters, found on first use by instrfn_x86_64_xsave_detect: the component mask
+    # (0 = no XSAVE, use FXSAVE) and the area size (0 = not yet known). The mask is stored
+    # before the size, so a thread that sees a size also sees its mask (x86 stores are ordered).
+    .p2align 3
+    .globl instrfn_x86_64_xsave_mask
+    .hidden instrfn_x86_64_xsave_mask
+instrfn_x86_64_xsave_mask:
+    .quad 0
+    .globl instrfn_x86_64_xsave_size
+    .hidden instrfn_x86_64_xsave_size
+instrfn_x86_64_xsave_size:
+    .quad 0
+
+    .section .rodata
+    .p2align 3
+instrfn_x86_64_all_signals:
+    .quad -1
+
+    .text
+
+# FAST_PATH name, from
+#   Entry: (%rsp) = self_pc, the return address into the instrumented function; \from is the
+#   operand holding from_pc, the instrumented function's own return address.
+#   Registers: every register is preserved. rax, rcx, rdx, rsi are used as scratch and saved in
+#   the red zone at -8, -16, -24, -32(%rsp); flags are clobbered (a call may clobber them).
+#   The stack is never adjusted, so the CFA is %rsp+8 throughout and no CFI rows are needed
+#   beyond the default.
+    .macro FAST_PATH name, from
+    .p2align 4
+    .globl instrfn_x86_64_\name
+    .hidden instrfn_x86_64_\name
+    .type instrfn_x86_64_\name,@function
+instrfn_x86_64_\name:
+    .cfi_startproc
+    movq %rax, -8(%rsp)
+    movq %rcx, -16(%rsp)
+    movq %rdx, -24(%rsp)
+    movq %rsi, -32(%rsp)
+    movq instrfn_tls@gottpoff(%rip), %rax   # offset of Tls from the thread pointer
+    movq \from, %rdx                        # from_pc
+    movq (%rsp), %rcx                       # self_pc
+    cmpq $0, %fs:8(%rax)                    # guard held: runtime code is running on this thread
+    jne .Lout_\name
+    cmpb $0, instrfn_enabled(%rip)
+    je .Lout_\name
+    movq %fs:(%rax), %rax                   # this thread's ArcTable
+    testq %rax, %rax
+    jz .Lslow_\name
+    movq %rdx, %rsi                         # slot offset = hash(from_pc, self_pc) & mask
+    rolq $32, %rsi
+    xorq %rcx, %rsi
+    imulq $0x5bd1e995, %rsi, %rsi
+    shrq $27, %rsi
+.Lprobe_\name:
+    andq (%rax), %rsi
+    cmpq %rcx, 64(%rax,%rsi)                # slot.self_pc
+    jne .Lmiss_\name
+    cmpq %rdx, 72(%rax,%rsi)                # slot.from_pc
+    jne .Lnext_\name
+    incq 80(%rax,%rsi)                      # slot.count: one instruction, so a signal handler
+                                            # that counts on this thread never tears it
+.Lout_\name:
+    movq -8(%rsp), %rax
+    movq -16(%rsp), %rcx
+    movq -24(%rsp), %rdx
+    movq -32(%rsp), %rsi
+    ret
+.Lmiss_\name:
+    cmpq $0, 64(%rax,%rsi)                  # empty slot: the arc is not in the table
+    je .Lslow_\name
+.Lnext_\name:
+    addq $32, %rsi
+    jmp .Lprobe_\name
+.Lslow_\name:
+    movq -8(%rsp), %rax                     # hand over: rcx = self_pc, rdx = from_pc, the
+    movq -32(%rsp), %rsi                    # caller's rcx/rdx stay in the red zone
+    jmp instrfn_x86_64_slow
+    .cfi_endproc
+    .size instrfn_x86_64_\name, .-instrfn_x86_64_\name
+    .endm
+
+# mcount / _mcount: `call mcount` after the prologue (gcc -pg, rustc -Zinstrument-mcount). The
+# frame pointer is set up, so the instrumented function's return address is at 8(%rbp).
+    FAST_PATH mcount, 8(%rbp)
+# __fentry__: `call __fentry__` is the first instruction (gcc -pg -mfentry), before any prologue,
+# so the instrumented function's return address is just above ours.
+    FAST_PATH fentry, 8(%rsp)
+
+# instrfn_x86_64_slow: the slow path of both trampolines.
+#   Entry (by jmp): (%rsp) = self_pc; %rcx = self_pc, %rdx = from_pc; the instrumented code's
+#   rcx and rdx are at -16(%rsp) and -24(%rsp) (red zone); every other register is the
+#   instrumented code's own. Returns straight to the instrumented function with all of them
+#   restored, errno included (the Rust side saves and restores it).
+#   Stack after the saves (CFA = %rbp + 40):
+#      CFA-8   return address into the instrumented function
+#      CFA-16  (unused red-zone slot)
+#      CFA-24  rcx          CFA-32  rdx          CFA-40  rbp (frame pointer of this routine)
+#      CFA-48  rax   -56 rbx   -64 rsi   -72 rdi   -80 r8   -88 r9   -96 r10   -104 r11
+#      CFA-112 r12 (self_pc)   -120 r13 (from_pc)
+#      below:  XSAVE/FXSAVE area (64-byte aligned), then the old signal mask at (%rsp)
+    .p2align 4
+    .globl instrfn_x86_64_slow
+    .hidden instrfn_x86_64_slow
+    .type instrfn_x86_64_slow,@function
+instrfn_x86_64_slow:
+    .cfi_startproc
+    leaq -24(%rsp), %rsp
+    .cfi_adjust_cfa_offset 24
+    .cfi_rel_offset %rdx, 0
+    .cfi_rel_offset %rcx, 8
+    pushq %rbp
+    .cfi_adjust_cfa_offset 8
+    .cfi_rel_offset %rbp, 0
+    movq %rsp, %rbp
+    .cfi_def_cfa_register %rbp
+    pushq %rax
+    .cfi_offset %rax, -48
+    pushq %rbx
+    .cfi_offset %rbx, -56
+    pushq %rsi
+    .cfi_offset %rsi, -64
+    pushq %rdi
+    .cfi_offset %rdi, -72
+    pushq %r8
+    .cfi_offset %r8, -80
+    pushq %r9
+    .cfi_offset %r9, -88
+    pushq %r10
+    .cfi_offset %r10, -96
+    pushq %r11
+    .cfi_offset %r11, -104
+    pushq %r12
+    .cfi_offset %r12, -112
+    pushq %r13
+    .cfi_offset %r13, -120
+    movq %rcx, %r12
+    movq %rdx, %r13
+
+    # Save the extended state (x87, SSE, AVX, AVX-512) in a 64-byte aligned area.
+    movq instrfn_x86_64_xsave_size(%rip), %rax
+    testq %rax, %rax
+    jnz 1f
+    call instrfn_x86_64_xsave_detect
+    movq instrfn_x86_64_xsave_size(%rip), %rax
+1:  andq $-64, %rsp
+    subq %rax, %rsp
+    movq instrfn_x86_64_xsave_mask(%rip), %rax
+    testq %rax, %rax
+    jz 2f
+    xorl %ecx, %ecx                  # XSAVE leaves header bits outside the mask as they were,
+    movq %rcx, 512(%rsp)             # and XRSTOR faults on stray ones: zero the whole header
+    movq %rcx, 520(%rsp)
+    movq %rcx, 528(%rsp)
+    movq %rcx, 536(%rsp)
+    movq %rcx, 544(%rsp)
+    movq %rcx, 552(%rsp)
+    movq %rcx, 560(%rsp)
+    movq %rcx, 568(%rsp)
+    movq %rax, %rdx
+    shrq $32, %rdx
+    xsave64 (%rsp)
+    jmp 3f
+2:  fxsave64 (%rsp)
+3:
+    # Block every signal, so a handler never sees this thread's guard held: a counting call
+    # from a signal handler is then always recorded, never dropped.
+    subq $16, %rsp
+    movl $14, %eax                   # rt_sigprocmask(SIG_BLOCK, all, &old, 8)
+    xorl %edi, %edi
+    leaq instrfn_x86_64_all_signals(%rip), %rsi
+    movq %rsp, %rdx
+    movl $8, %r10d
+    syscall
+
+    movq instrfn_tls@gottpoff(%rip), %rbx
+    movq $1, %fs:8(%rbx)             # guard: counting calls made by the runtime itself return
+    movq %fs:0, %rdi
+    addq %rbx, %rdi                  # arg 0: &Tls
+    movq %r13, %rsi                  # arg 1: from_pc
+    movq %r12, %rdx                  # arg 2: self_pc
+    call instrfn_slow_path
+    movq $0, %fs:8(%rbx)
+
+    movl $14, %eax                   # rt_sigprocmask(SIG_SETMASK, &old, NULL, 8)
+    movl $2, %edi
+    movq %rsp, %rsi
+    xorl %edx, %edx
+    movl $8, %r10d
+    syscall
+    addq $16, %rsp
+
+    movq instrfn_x86_64_xsave_mask(%rip), %rax
+    testq %rax, %rax
+    jz 4f
+    movq %rax, %rdx
+    shrq $32, %rdx
+    xrstor64 (%rsp)
+    jmp 5f
+4:  fxrstor64 (%rsp)
+5:
+    leaq -80(%rbp), %rsp
+    popq %r13
+    popq %r12
+    popq %r11
+    popq %r10
+    popq %r9
+    popq %r8
+    popq %rdi
+    popq %rsi
+    popq %rbx
+    popq %rax
+    popq %rbp
+    .cfi_def_cfa %rsp, 32
+    movq (%rsp), %rdx
+    movq 8(%rsp), %rcx
+    leaq 24(%rsp), %rsp
+    .cfi_def_cfa_offset 8
+    ret
+    .cfi_endproc
+    .size instrfn_x86_64_slow, .-instrfn_x86_64_slow
+
+# instrfn_x86_64_xsave_detect: fill instrfn_x86_64_xsave_mask/size.
+#   Called only from instrfn_x86_64_slow, which has saved everything: clobbers rax, rcx, rdx,
+#   rsi, rdi, r8; preserves rbx (cpuid writes it).
+#   Mask = XCR0 & (x87 | SSE | AVX | opmask | ZMM_Hi256 | Hi16_ZMM); size = the end of the last
+#   of those components in the standard (non-compacted) layout, as CPUID leaf 0xD reports it,
+#   rounded up to 64. Without OSXSAVE: mask 0 and FXSAVE's 512 bytes.
+    .p2align 4
+    .type instrfn_x86_64_xsave_detect,@function
+instrfn_x86_64_xsave_detect:
+    .cfi_startproc
+    pushq %rbx
+    .cfi_adjust_cfa_offset 8
+    .cfi_rel_offset %rbx, 0
+    movl $1, %eax
+    cpuid
+    btl $27, %ecx                    # OSXSAVE
+    jnc 3f
+    xorl %ecx, %ecx
+    xgetbv
+    andl $0xe7, %eax
+    movl %eax, %esi                  # mask (components 0-7 fit in the low word)
+    movl $576, %r8d                  # legacy area + XSAVE header
+    movl $2, %edi                    # component number
+1:  btl %edi, %esi
+    jnc 2f
+    movl $0xd, %eax
+    movl %edi, %ecx
+    cpuid                            # eax = size, ebx = offset of component edi
+    addl %ebx, %eax
+    cmpl %r8d, %eax
+    cmova %eax, %r8d
+2:  incl %edi
+    cmpl $8, %edi
+    jb 1b
+    addl $63, %r8d
+    andl $-64, %r8d
+    movq %rsi, instrfn_x86_64_xsave_mask(%rip)
+    movq %r8, instrfn_x86_64_xsave_size(%rip)
+    popq %rbx
+    .cfi_adjust_cfa_offset -8
+    .cfi_restore %rbx
+    ret
+3:  movq $0, instrfn_x86_64_xsave_mask(%rip)
+    movq $512, instrfn_x86_64_xsave_size(%rip)
+    popq %rbx
+    .cfi_adjust_cfa_offset -8
+    .cfi_restore %rbx
+    ret
+    .cfi_endproc
+    .size instrfn_x86_64_xsave_detect, .-instrfn_x86_64_xsave_detect
+
+# instrfn_x86_64_guarded: run a runtime entry point with this thread's guard held.
+#   %rax = the Rust function to call, %rdi/%rsi/%rdx = its first three arguments,
+#   %r10 = 0: block all signals around the call; 1: the caller is a signal handler whose
+#   sa_mask already blocks them. Returns the function's %rax; errno is preserved; the previous
+#   guard value is restored (so a handler that interrupts a fast path leaves it as it was).
+#   Clobbers what an ordinary call clobbers.
+#   Frame: (%rsp) old signal mask, 8 errno, 16 old guard, 24 the %r10 flag.
+    .p2align 4
+    .globl instrfn_x86_64_guarded
+    .hidden instrfn_x86_64_guarded
+    .type instrfn_x86_64_guarded,@function
+instrfn_x86_64_guarded:
+    .cfi_startproc
+    pushq %rbp
+    .cfi_adjust_cfa_offset 8
+    .cfi_rel_offset %rbp, 0
+    movq %rsp, %rbp
+    .cfi_def_cfa_register %rbp
+    pushq %rbx
+    .cfi_offset %rbx, -24
+    pushq %r12
+    .cfi_offset %r12, -32
+    pushq %r13
+    .cfi_offset %r13, -40
+    pushq %r14
+    .cfi_offset %r14, -48
+    pushq %r15
+    .cfi_offset %r15, -56
+    subq $40, %rsp
+    movq %rax, %r12
+    movq %rdi, %r13
+    movq %rsi, %r14
+    movq %rdx, %r15
+    movq %r10, 24(%rsp)
+    testq %r10, %r10
+    jnz 1f
+    movl $14, %eax                   # rt_sigprocmask(SIG_BLOCK, all, &old, 8)
+    xorl %edi, %edi
+    leaq instrfn_x86_64_all_signals(%rip), %rsi
+    movq %rsp, %rdx
+    movl $8, %r10d
+    syscall
+1:  call __errno_location@PLT
+    movl (%rax), %eax
+    movl %eax, 8(%rsp)
+    movq instrfn_tls@gottpoff(%rip), %rbx
+    movq %fs:8(%rbx), %rax
+    movq %rax, 16(%rsp)
+    movq $1, %fs:8(%rbx)
+    movq %r13, %rdi
+    movq %r14, %rsi
+    movq %r15, %rdx
+    call *%r12
+    movq %rax, %r12
+    movq 16(%rsp), %rax
+    movq %rax, %fs:8(%rbx)
+    call __errno_location@PLT
+    movl 8(%rsp), %ecx
+    movl %ecx, (%rax)
+    cmpq $0, 24(%rsp)
+    jnz 2f
+    movl $14, %eax                   # rt_sigprocmask(SIG_SETMASK, &old, NULL, 8)
+    movl $2, %edi
+    movq %rsp, %rsi
+    xorl %edx, %edx
+    movl $8, %r10d
+    syscall
+2:  movq %r12, %rax
+    leaq -40(%rbp), %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    .cfi_def_cfa %rsp, 8
+    ret
+    .cfi_endproc
+    .size instrfn_x86_64_guarded, .-instrfn_x86_64_guarded
+
+# instrfn_tls_get: %rax = address of this thread's Tls. Clobbers nothing else.
+    .p2align 4
+    .globl instrfn_tls_get
+    .hidden instrfn_tls_get
+    .type instrfn_tls_get,@function
+instrfn_tls_get:
+    .cfi_startproc
+    movq %fs:0, %rax
+    addq instrfn_tls@gottpoff(%rip), %rax
+    ret
+    .cfi_endproc
+    .size instrfn_tls_get, .-instrfn_tls_get

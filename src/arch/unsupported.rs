@@ -1,0 +1,36 @@
+//! Architectures without trampolines: the crate builds (so a workspace that depends on it still
+//! compiles), nothing is counted, and build.rs says so with a warning.
+
+/// Whether this build has trampolines.
+pub const SUPPORTED: bool = false;
+
+macro_rules! guarded_entry {
+    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)?
+        => $inner:path $(, in_signal_handler)?) => {
+        $(#[$m])*
+        $vis extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
+            $inner($($arg),*)
+        }
+    };
+}
+
+struct TlsCell(core::cell::UnsafeCell<crate::thread::Tls>);
+// SAFETY: never used concurrently: without trampolines no thread records anything.
+unsafe impl Sync for TlsCell {}
+static DUMMY: TlsCell = TlsCell(core::cell::UnsafeCell::new(crate::thread::Tls::EMPTY));
+
+pub fn tls() -> *mut crate::thread::Tls {
+    DUMMY.0.get()
+}
+
+/// # Safety
+/// Never called: no sampling without trampolines.
+pub unsafe fn interrupted_pc(_uc: *const libc::c_void) -> usize {
+    0
+}
+
+static ENABLED: core::sync::atomic::AtomicU8 = core::sync::atomic::AtomicU8::new(1);
+
+pub fn enabled() -> &'static core::sync::atomic::AtomicU8 {
+    &ENABLED
+}

@@ -1,0 +1,59 @@
+//! instrfn: the runtime behind compiler function instrumentation on Linux.
+//!
+//! Compilers plant a call in every function: `gcc -pg` and rustc `-Zinstrument-mcount` call
+//! `mcount` (`_mcount` on aarch64 and riscv64), `gcc -pg -mfentry` calls `__fentry__`. This
+//! crate defines those symbols with per-architecture trampolines that count each call arc
+//! `(caller, callee)` exactly, per thread and without locks, samples the pc with SIGPROF, and
+//! writes `gmon.out` for `gprof` — without glibc's gcrt, so it also works on musl, under
+//! threads (glibc drops arcs there), and preloaded into any instrumented binary.
+//!
+//! Ways in:
+//! - as a dependency of an instrumented Rust program: add `use instrfn as _;` and build with
+//!   `RUSTFLAGS=-Zinstrument-mcount cargo +nightly build --target <triple>`;
+//! - `LD_PRELOAD=libinstrfn.so ./app` under a `-pg` binary;
+//! - `libinstrfn.a` linked into a C program compiled with `-pg`.
+//!
+//! Configuration comes from `INSTRFN_*` environment variables (see the README); this module
+//! adds a small API for programs that link the crate.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+#[macro_use]
+mod sys;
+#[macro_use]
+mod arch;
+mod arcs;
+mod config;
+mod exe;
+mod gmon;
+mod runtime;
+mod sampler;
+mod thread;
+
+pub use runtime::{
+    __monstartup, _mcleanup, instrfn_debug_call_guarded, instrfn_start, instrfn_stop,
+    instrfn_write_gmon, moncontrol, monstartup,
+};
+
+/// Whether this build has trampolines for the target architecture.
+pub const SUPPORTED: bool = arch::SUPPORTED;
+
+/// Starts (or resumes) recording call arcs and pc samples.
+pub fn start() {
+    runtime::instrfn_start()
+}
+
+/// Stops recording. What was recorded is kept and written at exit (or by [`write_gmon`]).
+pub fn stop() {
+    runtime::instrfn_stop()
+}
+
+/// Writes `gmon.out` (or `$GMON_OUT_PREFIX.<pid>`) now, with everything recorded so far.
+/// Recording goes on; the file is replaced atomically by later writes and at exit.
+pub fn write_gmon() -> std::io::Result<()> {
+    match runtime::instrfn_write_gmon() {
+        0 => Ok(()),
+        e => Err(std::io::Error::from_raw_os_error(e)),
+    }
+}

@@ -1,0 +1,202 @@
+//! Thin, allocation-free wrappers over the few system services the runtime uses. Everything
+//! here is async-signal-safe in practice (mmap, write, clock_gettime), so the writer can run
+//! from a signal handler or a fork child.
+
+use core::ffi::{CStr, c_char, c_int};
+use core::fmt;
+use core::ptr::NonNull;
+
+/// Maps `len` bytes of zeroed, private, lazily committed memory.
+pub fn map_zeroed(len: usize) -> Option<NonNull<u8>> {
+    // SAFETY: an anonymous private mapping has no preconditions; the result is checked.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        None
+    } else {
+        NonNull::new(p.cast())
+    }
+}
+
+/// Unmaps memory obtained from [`map_zeroed`].
+///
+/// # Safety
+/// `p`/`len` must be a whole mapping from `map_zeroed` that nothing references any more.
+pub unsafe fn unmap(p: NonNull<u8>, len: usize) {
+    // SAFETY: per the contract.
+    unsafe { libc::munmap(p.as_ptr().cast(), len) };
+}
+
+/// errno of the last failed call.
+pub fn errno() -> c_int {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+
+/// The value of environment variable `name`, borrowed from the environment.
+pub fn getenv(name: &CStr) -> Option<&'static [u8]> {
+    // SAFETY: getenv reads the environment; the result is a NUL-terminated string that lives
+    // as long as the environment entry (the runtime copies what it keeps).
+    let p = unsafe { libc::getenv(name.as_ptr()) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: p is a valid C string.
+    Some(unsafe { CStr::from_ptr(p) }.to_bytes())
+}
+
+/// Whether the process runs with elevated privileges (setuid and the like): then, as glibc
+/// does for GMON_OUT_PREFIX, the environment does not choose output files.
+pub fn secure_mode() -> bool {
+    // SAFETY: getauxval has no preconditions.
+    unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
+}
+
+/// CPU time of the whole process, in nanoseconds.
+pub fn process_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Writes all of `buf` to `fd`, retrying on EINTR and short writes.
+pub fn write_all(fd: c_int, mut buf: &[u8]) -> Result<(), c_int> {
+    while !buf.is_empty() {
+        // SAFETY: buf is a valid slice.
+        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+        if n < 0 {
+            let e = errno();
+            if e == libc::EINTR {
+                continue;
+            }
+            return Err(e);
+        }
+        buf = &buf[n as usize..];
+    }
+    Ok(())
+}
+
+/// A fixed-capacity byte buffer on the stack that implements `fmt::Write`; output past the
+/// capacity is cut off (messages and paths only, never data).
+pub struct StackBuf<const N: usize> {
+    buf: [u8; N],
+    len: usize,
+    truncated: bool,
+}
+
+impl<const N: usize> StackBuf<N> {
+    pub const fn new() -> Self {
+        StackBuf {
+            buf: [0; N],
+            len: 0,
+            truncated: false,
+        }
+    }
+
+    pub fn push(&mut self, bytes: &[u8]) {
+        let room = N - self.len;
+        let n = bytes.len().min(room);
+        self.buf[self.len..self.len + n].copy_from_slice(&bytes[..n]);
+        self.len += n;
+        self.truncated |= n < bytes.len();
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
+    pub fn truncated(&self) -> bool {
+        self.truncated
+    }
+
+    /// The contents followed by a NUL, if they fit and contain no NUL.
+    pub fn as_cstr(&mut self) -> Option<&CStr> {
+        if self.len >= N || self.truncated || self.as_bytes().contains(&0) {
+            return None;
+        }
+        self.buf[self.len] = 0;
+        CStr::from_bytes_with_nul(&self.buf[..=self.len]).ok()
+    }
+
+    /// The contents as a C string pointer; only after [`as_cstr`](Self::as_cstr) succeeded.
+    pub fn as_c_ptr(&self) -> *const c_char {
+        assert!(self.len < N && self.buf[self.len] == 0);
+        self.buf.as_ptr().cast()
+    }
+
+    pub fn clear(&mut self) {
+        self.len = 0;
+        self.truncated = false;
+    }
+}
+
+impl<const N: usize> fmt::Write for StackBuf<N> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.push(s.as_bytes());
+        Ok(())
+    }
+}
+
+/// Prints one line, `instrfn: <message>`, on stderr without allocating.
+pub fn message(args: fmt::Arguments<'_>) {
+    let mut line = StackBuf::<512>::new();
+    line.push(b"instrfn: ");
+    let _ = fmt::write(&mut line, args);
+    if line.truncated() {
+        line.clear();
+        line.push(b"instrfn: (message too long)");
+    }
+    line.push(b"\n");
+    let _ = write_all(2, line.as_bytes());
+}
+
+/// `message!("...", args)`: one line on stderr, prefixed `instrfn: `.
+macro_rules! message {
+    ($($arg:tt)*) => { $crate::sys::message(format_args!($($arg)*)) };
+}
+
+/// Shows a byte string (a path, an environment value) in a message, lossily.
+pub struct Bytes<'a>(pub &'a [u8]);
+
+impl fmt::Display for Bytes<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for chunk in self.0.utf8_chunks() {
+            f.write_str(chunk.valid())?;
+            if !chunk.invalid().is_empty() {
+                f.write_str("\u{fffd}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The description of an errno value, without allocating.
+pub struct Errno(pub c_int);
+
+impl fmt::Display for Errno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut buf = [0 as c_char; 128];
+        // SAFETY: buf is valid for its length; the XSI/GNU variants both NUL-terminate on
+        // success, and libc's crate binding is the XSI one.
+        let ok = unsafe { libc::strerror_r(self.0, buf.as_mut_ptr(), buf.len()) } == 0;
+        if ok {
+            // SAFETY: NUL-terminated by strerror_r.
+            let s = unsafe { CStr::from_ptr(buf.as_ptr()) };
+            write!(f, "{}", Bytes(s.to_bytes()))
+        } else {
+            write!(f, "error {}", self.0)
+        }
+    }
+}
