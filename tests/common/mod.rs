@@ -1,0 +1,345 @@
+//! Shared helpers of the integration tests: build fixtures with the real compilers, run them
+//! (natively or under qemu-user), and read the results with the real gprof.
+//!
+//! The runtime artifacts (`libinstrfn.so`, `libinstrfn.a` per target) are built by the test
+//! command (`scripts/test.sh`) before `cargo test`; a missing artifact or tool fails the test
+//! with a message that says what to run, never skips it.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A target the tests build for.
+#[derive(Clone, Copy, Debug)]
+pub struct Arch {
+    /// Short name, used in work directory names.
+    pub name: &'static str,
+    /// Rust target triple of the runtime build.
+    pub triple: &'static str,
+    /// C compiler.
+    pub cc: &'static str,
+    /// gprof for this target's executables.
+    pub gprof: &'static str,
+    /// qemu-user binary, for foreign architectures.
+    pub qemu: Option<&'static str>,
+    /// Sysroot for qemu's -L (dynamic loader and libraries).
+    pub sysroot: Option<&'static str>,
+}
+
+pub const X86_64: Arch = Arch {
+    name: "x86_64",
+    triple: "x86_64-unknown-linux-gnu",
+    cc: "gcc",
+    gprof: "gprof",
+    qemu: None,
+    sysroot: None,
+};
+
+pub const X86_64_MUSL: Arch = Arch {
+    name: "x86_64-musl",
+    triple: "x86_64-unknown-linux-musl",
+    cc: "musl-gcc",
+    gprof: "gprof",
+    qemu: None,
+    sysroot: None,
+};
+
+pub const AARCH64: Arch = Arch {
+    name: "aarch64",
+    triple: "aarch64-unknown-linux-gnu",
+    cc: "aarch64-linux-gnu-gcc",
+    gprof: "aarch64-linux-gnu-gprof",
+    qemu: Some("qemu-aarch64"),
+    sysroot: Some("/usr/aarch64-linux-gnu"),
+};
+
+pub const RISCV64: Arch = Arch {
+    name: "riscv64",
+    triple: "riscv64gc-unknown-linux-gnu",
+    cc: "riscv64-linux-gnu-gcc",
+    gprof: "riscv64-linux-gnu-gprof",
+    qemu: Some("qemu-riscv64"),
+    sysroot: Some("/usr/riscv64-linux-gnu"),
+};
+
+pub const S390X: Arch = Arch {
+    name: "s390x",
+    triple: "s390x-unknown-linux-gnu",
+    cc: "s390x-linux-gnu-gcc",
+    gprof: "s390x-linux-gnu-gprof",
+    qemu: Some("qemu-s390x"),
+    sysroot: Some("/usr/s390x-linux-gnu"),
+};
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A fixture source file, `tests/fixtures/<rel>`.
+pub fn fixture(rel: &str) -> PathBuf {
+    root().join("tests/fixtures").join(rel)
+}
+
+/// A fresh, empty work directory `target/instrfn-tests/<name>`.
+pub fn workdir(name: &str) -> PathBuf {
+    let dir = root().join("target/instrfn-tests").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Panics unless `tool` is on PATH.
+pub fn require_tool(tool: &str) {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+        .unwrap_or(false);
+    assert!(
+        found,
+        "required tool `{tool}` is not installed; run scripts/test.sh, which installs it"
+    );
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Lib {
+    /// libinstrfn.so
+    Shared,
+    /// libinstrfn.a
+    Static,
+}
+
+/// The runtime artifact for `arch`, as built by `cargo build --release [--target]`.
+pub fn runtime_lib(arch: Arch, kind: Lib) -> PathBuf {
+    let file = match kind {
+        Lib::Shared => "libinstrfn.so",
+        Lib::Static => "libinstrfn.a",
+    };
+    // The host build lands in target/release, as the README documents.
+    let path = if arch.triple == X86_64.triple {
+        root().join("target/release").join(file)
+    } else {
+        root()
+            .join("target")
+            .join(arch.triple)
+            .join("release")
+            .join(file)
+    };
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo build --release{}` first (scripts/test.sh does)",
+        path.display(),
+        if arch.triple == X86_64.triple {
+            String::new()
+        } else {
+            format!(" --target {}", arch.triple)
+        }
+    );
+    path
+}
+
+/// Runs a command to completion; panics with its output unless it succeeds.
+pub fn run_ok(cmd: &mut Command) -> Output {
+    let out = run(cmd);
+    assert!(
+        out.status.success(),
+        "command failed: {cmd:?}\nstatus: {}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Runs a command to completion and returns its output whatever the status.
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.output()
+        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"))
+}
+
+/// Compiles and links with `arch.cc`: `args` are passed as they are, `-o out` appended.
+pub fn cc(arch: Arch, args: &[&OsStr], out: &Path) -> PathBuf {
+    require_tool(arch.cc);
+    run_ok(Command::new(arch.cc).args(args).arg("-o").arg(out));
+    out.to_path_buf()
+}
+
+/// A command that runs `exe` for `arch` (through qemu-user for foreign architectures) in `dir`
+/// with the extra environment `env` (passed to the guest with -E under qemu, so LD_PRELOAD
+/// applies to the guest program, not to qemu).
+pub fn command(arch: Arch, exe: &Path, args: &[&str], env: &[(&str, &str)], dir: &Path) -> Command {
+    let mut cmd = match arch.qemu {
+        None => {
+            let mut c = Command::new(exe);
+            c.args(args);
+            for (k, v) in env {
+                c.env(k, v);
+            }
+            c
+        }
+        Some(qemu) => {
+            require_tool(qemu);
+            let mut c = Command::new(qemu);
+            if let Some(sysroot) = arch.sysroot {
+                c.arg("-L").arg(sysroot);
+            }
+            for (k, v) in env {
+                c.arg("-E").arg(format!("{k}={v}"));
+            }
+            c.arg(exe).args(args);
+            c
+        }
+    };
+    cmd.current_dir(dir);
+    cmd
+}
+
+/// Runs `exe` (see [`command`]) and panics unless it exits with status 0.
+pub fn run_exe(arch: Arch, exe: &Path, args: &[&str], env: &[(&str, &str)], dir: &Path) -> Output {
+    run_ok(&mut command(arch, exe, args, env, dir))
+}
+
+/// One line of gprof's flat profile.
+#[derive(Debug, Clone, Default)]
+pub struct FlatEntry {
+    pub self_seconds: f64,
+    /// None when gprof shows no call count.
+    pub calls: Option<u64>,
+}
+
+/// `gprof -b -p exe gmon`: function name -> entry, plus the seconds one sample counts as.
+pub struct Flat {
+    pub entries: BTreeMap<String, FlatEntry>,
+    pub seconds_per_sample: Option<f64>,
+    pub text: String,
+}
+
+impl Flat {
+    /// The call count gprof shows for `name` (0 when absent or blank).
+    pub fn calls(&self, name: &str) -> u64 {
+        self.entries.get(name).and_then(|e| e.calls).unwrap_or(0)
+    }
+
+    /// Sum of the self seconds of every function.
+    pub fn total_seconds(&self) -> f64 {
+        self.entries.values().map(|e| e.self_seconds).sum()
+    }
+}
+
+/// Runs the target's gprof on `exe` and `gmon` and parses the flat profile.
+pub fn gprof_flat(arch: Arch, exe: &Path, gmon: &Path) -> Flat {
+    require_tool(arch.gprof);
+    assert!(gmon.is_file(), "{} was not written", gmon.display());
+    let out = run_ok(
+        Command::new(arch.gprof)
+            .args(["-b", "-p"])
+            .arg(exe)
+            .arg(gmon),
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.stderr.is_empty(),
+        "gprof complained about {}:\n{}",
+        gmon.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    parse_flat(&text)
+}
+
+/// Parses `gprof -b -p` output.
+pub fn parse_flat(text: &str) -> Flat {
+    let mut entries = BTreeMap::new();
+    let mut seconds_per_sample = None;
+    for line in text.lines() {
+        if let Some(rest) = line.trim().strip_prefix("Each sample counts as ") {
+            seconds_per_sample = rest.split_whitespace().next().and_then(|s| s.parse().ok());
+            continue;
+        }
+        let tokens: Vec<&str> = line.split_whitespace().collect();
+        if tokens.len() < 4 {
+            continue;
+        }
+        let nums: Vec<Option<f64>> = tokens.iter().map(|t| t.parse::<f64>().ok()).collect();
+        if nums[0].is_none() || nums[1].is_none() || nums[2].is_none() {
+            continue;
+        }
+        // "%time cumulative self [calls self/call total/call] name"
+        let (calls, name_start) =
+            if tokens.len() >= 7 && nums[3].is_some() && nums[4].is_some() && nums[5].is_some() {
+                (tokens[3].parse::<u64>().ok(), 6)
+            } else {
+                (None, 3)
+            };
+        let name = tokens[name_start..].join(" ");
+        entries.insert(
+            name,
+            FlatEntry {
+                self_seconds: nums[2].unwrap(),
+                calls,
+            },
+        );
+    }
+    Flat {
+        entries,
+        seconds_per_sample,
+        text: text.to_string(),
+    }
+}
+
+/// `gprof -b -q` call graph text.
+pub fn gprof_graph(arch: Arch, exe: &Path, gmon: &Path) -> String {
+    let out = run_ok(
+        Command::new(arch.gprof)
+            .args(["-b", "-q"])
+            .arg(exe)
+            .arg(gmon),
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Asserts that gprof shows exactly `expected` calls for each named function.
+pub fn assert_calls(flat: &Flat, expected: &[(&str, u64)], context: &str) {
+    for (name, n) in expected {
+        assert_eq!(
+            flat.calls(name),
+            *n,
+            "{context}: gprof shows {} calls of {name}, expected {n}\n{}",
+            flat.calls(name),
+            flat.text
+        );
+    }
+}
+
+/// Builds a Rust fixture crate under `tests/fixtures/<name>` with nightly and
+/// `-Zinstrument-mcount` (the one place that spells the flag) for `triple`, in its own target
+/// directory; returns the path of binary `bin`.
+pub fn build_instrumented_rust(name: &str, triple: &str, bin: &str) -> PathBuf {
+    let target_dir = root().join("target/instrfn-fixtures");
+    let manifest = fixture(name).join("Cargo.toml");
+    let mut cmd = Command::new("cargo");
+    cmd.arg("+nightly")
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "--target",
+            triple,
+            "--manifest-path",
+        ])
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .env("RUSTFLAGS", INSTRUMENT_FLAGS)
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("RUSTC")
+        .env_remove("RUSTC_WRAPPER")
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .env_remove("CARGO_TARGET_DIR");
+    run_ok(&mut cmd);
+    target_dir.join(triple).join("release").join(bin)
+}
+
+/// rustc flags that make every function call mcount (today's spelling of the RFC's
+/// `-Zinstrument-function=mcount`; change it here only).
+pub const INSTRUMENT_FLAGS: &str = "-Zinstrument-mcount";
