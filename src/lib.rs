@@ -15,7 +15,10 @@
 //!
 //! Configuration comes from `INSTRFN_*` environment variables (see the README); this module
 //! adds a small API for programs that link the crate.
+//!
+//! The crate is `no_std`: nothing in it allocates, and the preload artifacts carry no Rust std.
 
+#![cfg_attr(not(test), no_std)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
@@ -51,9 +54,22 @@ pub fn stop() {
 
 /// Writes `gmon.out` (or `$GMON_OUT_PREFIX.<pid>`) now, with everything recorded so far.
 /// Recording goes on; the file is replaced atomically by later writes and at exit.
-pub fn write_gmon() -> std::io::Result<()> {
+/// The reason for a failure has also been printed on stderr.
+pub fn write_gmon() -> Result<(), Errno> {
     match runtime::instrfn_write_gmon() {
         0 => Ok(()),
-        e => Err(std::io::Error::from_raw_os_error(e)),
+        e => Err(Errno(e)),
     }
 }
+
+/// An OS error number (`std::io::Error::from_raw_os_error(e.0)` makes an `io::Error` of it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Errno(pub i32);
+
+impl core::fmt::Display for Errno {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::Display::fmt(&sys::Errno(self.0), f)
+    }
+}
+
+impl core::error::Error for Errno {}

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Overhead of instrfn against glibc's gcrt on one workload, measured in the same run.
+
+The workload is tests/fixtures/c/threads.c: T threads, each calling two instrumented
+noinline functions N times. It is built three ways from the same source:
+  plain    gcc -O2                      (no instrumentation)
+  glibc    gcc -O2 -pg, linked with -pg (gcrt1.o: glibc's mcount and gmon.out)
+  instrfn  gcc -O2 -pg, linked without -pg, run with LD_PRELOAD=target/release/libinstrfn.so
+Each variant runs --runs times per T; the best wall time counts (start-up and exit, including
+writing gmon.out, are inside it). The overhead ratio is (t - plain) / (glibc - plain): below 1
+instrfn costs less per call than glibc. Calls counted are read back with gprof, so the table
+also shows how many calls each runtime lost. Peak RSS is the child's ru_maxrss.
+
+Optional anchors, same workload: --uftrace (uftrace record of the glibc-free -pg binary) and
+--xray (clang -fxray-instrument with compiler-rt's FDR mode), reported as ns per call.
+
+Usage: scripts/compare.py [--threads 1,2] [--iterations N] [--runs 3] [--uftrace] [--xray]
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOURCE = os.path.join(ROOT, "tests", "fixtures", "c", "threads.c")
+PRELOAD = os.path.join(ROOT, "target", "release", "libinstrfn.so")
+
+
+def die(msg):
+    print(f"compare.py: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def need(tool):
+    if shutil.which(tool) is None and not os.access(tool, os.X_OK):
+        die(f"{tool} is not installed (scripts/test.sh installs the tools)")
+
+
+def sh(args, **kw):
+    r = subprocess.run(args, capture_output=True, text=True, **kw)
+    if r.returncode != 0:
+        die(f"{' '.join(args)} failed:\n{r.stdout}{r.stderr}")
+    return r.stdout
+
+
+def timed(args, cwd, env=None):
+    """Runs args under GNU time; returns (wall seconds, peak RSS in KiB).
+
+    The RSS comes from GNU time (a small C parent), not from this Python process: a child
+    forked from Python starts with Python's RSS as its high-water mark."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    rss_file = os.path.join(cwd, ".rss")
+    start = time.perf_counter()
+    r = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss_file] + args, cwd=cwd,
+                       env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - start
+    if r.returncode != 0:
+        die(f"{' '.join(args)} failed: {r.stderr}")
+    with open(rss_file) as f:
+        rss = int(f.read().split()[-1])
+    return wall, rss
+
+
+def gprof_calls(exe, gmon, names):
+    out = sh(["gprof", "-b", "-p", exe, gmon])
+    calls = {}
+    for line in out.splitlines():
+        t = line.split()
+        if len(t) >= 7 and t[-1] in names:
+            calls[t[-1]] = int(t[3])
+    return sum(calls.get(n, 0) for n in names)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--iterations", type=int, default=20_000_000)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--uftrace", action="store_true")
+    ap.add_argument("--xray", action="store_true")
+    a = ap.parse_args()
+    for tool in ["gcc", "gprof", "/usr/bin/time"]:
+        need(tool)
+    if not os.path.isfile(PRELOAD):
+        die(f"{PRELOAD} is missing: run `cargo build --release` first")
+
+    work = tempfile.mkdtemp(prefix="instrfn-compare-")
+    exe = {n: os.path.join(work, n) for n in ["plain", "glibc", "instrfn"]}
+    sh(["gcc", "-O2", SOURCE, "-o", exe["plain"], "-lpthread"])
+    sh(["gcc", "-O2", "-pg", "-c", SOURCE, "-o", os.path.join(work, "threads.o")])
+    sh(["gcc", "-pg", os.path.join(work, "threads.o"), "-o", exe["glibc"], "-lpthread"])
+    sh(["gcc", os.path.join(work, "threads.o"), "-o", exe["instrfn"], "-lpthread"])
+    if a.xray:
+        need("clang")
+        exe["xray"] = os.path.join(work, "xray")
+        sh(["clang", "-O2", "-fxray-instrument", "-fxray-instruction-threshold=1", SOURCE,
+            "-o", exe["xray"], "-lpthread"])
+    if a.uftrace:
+        need("uftrace")
+
+    print(f"workload: T threads x {a.iterations} iterations x 2 instrumented calls; "
+          f"best of {a.runs}; {os.cpu_count()} CPUs")
+    print(f"{'T':>2} {'plain s':>8} {'glibc s':>8} {'instrfn s':>9} {'ratio':>6} "
+          f"{'glibc calls':>12} {'instrfn calls':>14} {'expected':>10} {'+RSS KiB':>9}"
+          + ("  extra anchors ns/call" if (a.uftrace or a.xray) else ""))
+    for t in [int(x) for x in a.threads.split(",")]:
+        args = [str(t), str(a.iterations)]
+        calls = 2 * t * a.iterations
+        best = {}
+        rss = {}
+        for _ in range(a.runs):
+            for name in ["plain", "glibc", "instrfn"]:
+                d = os.path.join(work, f"run-{name}")
+                os.makedirs(d, exist_ok=True)
+                env = {"LD_PRELOAD": PRELOAD} if name == "instrfn" else {}
+                w, r = timed([exe[name]] + args, d, env)
+                best[name] = min(best.get(name, w), w)
+                rss[name] = max(rss.get(name, r), r)
+        counted = {n: gprof_calls(exe[n], os.path.join(work, f"run-{n}", "gmon.out"),
+                                  ["work_a", "work_b"]) for n in ["glibc", "instrfn"]}
+        ratio = (best["instrfn"] - best["plain"]) / (best["glibc"] - best["plain"])
+        extra = ""
+        if a.xray:
+            d = os.path.join(work, "run-xray")
+            os.makedirs(d, exist_ok=True)
+            w = min(timed([exe["xray"]] + args, d, {
+                "XRAY_OPTIONS": "patch_premain=true xray_mode=xray-fdr verbosity=0",
+                "XRAY_FDR_OPTIONS": "func_duration_threshold_us=0"})[0] for _ in range(a.runs))
+            extra += f"  xray-fdr {1e9 * (w - best['plain']) / calls:.1f}"
+        if a.uftrace:
+            d = os.path.join(work, "run-uftrace")
+            os.makedirs(d, exist_ok=True)
+            w = min(timed(["uftrace", "record", "--no-libcall", "-d", os.path.join(d, "data"),
+                           exe["instrfn"]] + args, d)[0] for _ in range(a.runs))
+            extra += f"  uftrace {1e9 * (w - best['plain']) / calls:.1f}"
+        print(f"{t:>2} {best['plain']:>8.3f} {best['glibc']:>8.3f} {best['instrfn']:>9.3f} "
+              f"{ratio:>6.2f} {counted['glibc']:>12} {counted['instrfn']:>14} {calls:>10} "
+              f"{rss['instrfn'] - rss['plain']:>9}{extra}")
+        sys.stdout.flush()
+    print("per call: glibc {:.2f} ns, instrfn {:.2f} ns (last T)".format(
+        1e9 * (best["glibc"] - best["plain"]) / calls,
+        1e9 * (best["instrfn"] - best["plain"]) / calls))
+    shutil.rmtree(work)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,607 @@
+//! End-to-end tests on this machine (x86_64, glibc and musl): real instrumented programs, run
+//! under the runtime every supported way, read back with gprof and compared with exact counts.
+
+mod common;
+
+use common::*;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// How a C fixture is linked.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Link {
+    /// `-pg` at link time too: gcrt1.o, glibc's profiler hooks; run with LD_PRELOAD.
+    GcrtPreload,
+    /// Compiled with -pg, linked without: no gcrt; run with LD_PRELOAD.
+    Preload,
+    /// libinstrfn.a linked into the executable; no preload.
+    Static,
+}
+
+/// Compiles `tests/fixtures/c/<src>` with `-O2 -pg` (+ `extra`) and links it as `link` says.
+fn build_c(dir: &Path, src: &str, extra: &[&str], link: Link) -> PathBuf {
+    let obj = dir.join(format!("{}.o", src.trim_end_matches(".c")));
+    let mut args: Vec<&OsStr> = vec![OsStr::new("-O2"), OsStr::new("-pg"), OsStr::new("-c")];
+    args.extend(extra.iter().map(OsStr::new));
+    let source = fixture(&format!("c/{src}"));
+    args.push(source.as_os_str());
+    cc(X86_64, &args, &obj);
+    let exe = dir.join(format!("{}-{link:?}", src.trim_end_matches(".c")));
+    let lib = runtime_lib(X86_64, Lib::Static);
+    let mut link_args: Vec<&OsStr> = vec![obj.as_os_str()];
+    match link {
+        Link::GcrtPreload => link_args.push(OsStr::new("-pg")),
+        Link::Preload => {}
+        Link::Static => link_args.push(lib.as_os_str()),
+    }
+    link_args.extend([OsStr::new("-lpthread"), OsStr::new("-ldl")]);
+    cc(X86_64, &link_args, &exe)
+}
+
+/// The environment to run a fixture linked `link` with, plus `extra`.
+fn env_for<'a>(
+    link: Link,
+    preload: &'a str,
+    extra: &[(&'a str, &'a str)],
+) -> Vec<(&'a str, &'a str)> {
+    let mut env: Vec<(&str, &str)> = extra.to_vec();
+    if link != Link::Static {
+        env.push(("LD_PRELOAD", preload));
+    }
+    env
+}
+
+fn preload_path() -> String {
+    runtime_lib(X86_64, Lib::Shared).display().to_string()
+}
+
+fn stdout_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A number printed by a fixture as "<key> <value>".
+fn reported(out: &str, key: &str) -> f64 {
+    out.lines()
+        .find_map(|l| {
+            l.strip_prefix(key)
+                .and_then(|v| v.trim().split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or_else(|| panic!("fixture did not report {key}:\n{out}"))
+}
+
+#[test]
+fn threads_exact_counts_every_link_and_entry() {
+    let preload = preload_path();
+    const N: u64 = 200_000;
+    for entry in [&[][..], &["-mfentry"][..]] {
+        for link in [Link::Preload, Link::GcrtPreload, Link::Static] {
+            let name = format!(
+                "threads{}-{link:?}",
+                if entry.is_empty() { "" } else { "-fentry" }
+            );
+            let dir = workdir(&name);
+            let exe = build_c(&dir, "threads.c", entry, link);
+            for t in [1u64, 2, 8] {
+                let _ = std::fs::remove_file(dir.join("gmon.out"));
+                let env = env_for(link, &preload, &[]);
+                run_exe(X86_64, &exe, &[&t.to_string(), &N.to_string()], &env, &dir);
+                let flat = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
+                assert_calls(
+                    &flat,
+                    &[("work_a", t * N), ("work_b", t * N)],
+                    &format!("{name} T={t}"),
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn glibc_gcrt_does_not_write_its_own_profile() {
+    // With gcrt1.o, glibc's __monstartup/_mcleanup would write gmon.out at exit with its own,
+    // lossy counts and 100 Hz histogram. Ours replace them: one file, our rate, exact counts.
+    let dir = workdir("gcrt-takeover");
+    let exe = build_c(&dir, "threads.c", &[], Link::GcrtPreload);
+    let preload = preload_path();
+    let out = run_exe(
+        X86_64,
+        &exe,
+        &["2", "300000"],
+        &[("LD_PRELOAD", &preload), ("INSTRFN_VERBOSE", "1")],
+        &dir,
+    );
+    let err = stderr_of(&out);
+    assert_eq!(
+        err.matches("wrote gmon.out").count(),
+        1,
+        "one write expected:\n{err}"
+    );
+    let flat = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
+    assert_calls(
+        &flat,
+        &[("work_a", 600_000), ("work_b", 600_000)],
+        "gcrt takeover",
+    );
+    let entries: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        !entries.iter().any(|n| n.to_string_lossy().contains(".tmp")),
+        "temporary left: {entries:?}"
+    );
+}
+
+#[test]
+fn histogram_seconds_match_cpu_time() {
+    let preload = preload_path();
+    for link in [Link::Preload, Link::Static] {
+        let dir = workdir(&format!("busy-{link:?}"));
+        let exe = build_c(&dir, "scenarios.c", &[], link);
+        let env = env_for(link, &preload, &[]);
+        let out = run_exe(X86_64, &exe, &["busy", "1.5"], &env, &dir);
+        let cpu = reported(&stdout_of(&out), "cpu");
+        let flat = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
+        let total = flat.total_seconds();
+        let hot = flat.entries.get("hot").map_or(0.0, |e| e.self_seconds);
+        assert!(
+            (total - cpu).abs() <= 0.1 * cpu,
+            "{link:?}: gprof total {total} s vs CPU time {cpu} s\n{}",
+            flat.text
+        );
+        assert!(
+            hot >= 0.9 * total,
+            "{link:?}: hot() has {hot} of {total} s\n{}",
+            flat.text
+        );
+    }
+}
+
+#[test]
+fn musl_static_c_program() {
+    require_tool("musl-gcc");
+    let dir = workdir("musl-c");
+    let src = fixture("c/threads.c");
+    let obj = dir.join("threads.o");
+    cc(
+        X86_64_MUSL,
+        &[
+            OsStr::new("-O2"),
+            OsStr::new("-pg"),
+            OsStr::new("-c"),
+            src.as_os_str(),
+        ],
+        &obj,
+    );
+    let lib = runtime_lib(X86_64_MUSL, Lib::Static);
+    let exe = cc(
+        X86_64_MUSL,
+        &[OsStr::new("-static"), obj.as_os_str(), lib.as_os_str()],
+        &dir.join("threads-musl"),
+    );
+    run_exe(X86_64_MUSL, &exe, &["2", "150000"], &[], &dir);
+    let flat = gprof_flat(X86_64_MUSL, &exe, &dir.join("gmon.out"));
+    assert_calls(
+        &flat,
+        &[("work_a", 300_000), ("work_b", 300_000)],
+        "musl static",
+    );
+}
+
+#[test]
+fn rust_dependency_route_glibc_and_musl() {
+    for triple in ["x86_64-unknown-linux-gnu", "x86_64-unknown-linux-musl"] {
+        let exe = build_instrumented_rust("rust-app", triple, "rust-app");
+        let dir = workdir(&format!("rust-{triple}"));
+        let out = run_exe(
+            X86_64,
+            &exe,
+            &["3", "100000"],
+            &[("INSTRFN_VERBOSE", "1")],
+            &dir,
+        );
+        let flat = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
+        assert_calls(
+            &flat,
+            &[
+                ("rust_app::work_a", 300_000),
+                ("rust_app::work_b", 300_000),
+                ("rust_app::worker", 3),
+            ],
+            triple,
+        );
+        // The runtime is instrumented too (RUSTFLAGS reach every crate): none of its own
+        // functions may show up, and nothing recursed.
+        assert!(
+            !flat.text.contains("instrfn::"),
+            "{triple}: runtime functions were counted:\n{}",
+            flat.text
+        );
+        assert!(
+            stderr_of(&out).contains("0 calls lost"),
+            "{}",
+            stderr_of(&out)
+        );
+    }
+}
+
+#[test]
+fn registers_survive_every_path() {
+    let dir = workdir("regs-x86_64");
+    let driver = fixture("regs/driver.c");
+    let harness = fixture("regs/x86_64.S");
+    let lib = runtime_lib(X86_64, Lib::Static);
+    let shared_dir = runtime_lib(X86_64, Lib::Shared)
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let st = cc(
+        X86_64,
+        &[
+            driver.as_os_str(),
+            harness.as_os_str(),
+            lib.as_os_str(),
+            OsStr::new("-lpthread"),
+            OsStr::new("-ldl"),
+        ],
+        &dir.join("regs-static"),
+    );
+    let rpath = format!("-Wl,-rpath,{}", shared_dir.display());
+    let libdir = format!("-L{}", shared_dir.display());
+    // Eager binding: with lazy binding the dynamic loader's resolver, not instrfn, may clobber
+    // r10/r11 on the first call through the PLT.
+    let dy = cc(
+        X86_64,
+        &[
+            driver.as_os_str(),
+            harness.as_os_str(),
+            OsStr::new(&libdir),
+            OsStr::new("-linstrfn"),
+            OsStr::new(&rpath),
+            OsStr::new("-Wl,-z,now"),
+            OsStr::new("-lpthread"),
+        ],
+        &dir.join("regs-dynamic"),
+    );
+    for exe in [&st, &dy] {
+        for kind in ["0", "1"] {
+            let out = run_exe(X86_64, exe, &[kind], &[], &dir);
+            assert_eq!(
+                stdout_of(&out).trim(),
+                "ok 10012",
+                "{} kind {kind}: {}",
+                exe.display(),
+                stderr_of(&out)
+            );
+        }
+    }
+}
+
+#[test]
+fn the_harness_catches_a_clobbering_trampoline() {
+    // A test that cannot fail proves nothing: link the same harness against trampolines that
+    // clobber one register each and see it named.
+    let dir = workdir("regs-negative");
+    let fake = dir.join("fake.S");
+    std::fs::write(
+        &fake,
+        ".globl mcount, __fentry__, instrfn_start, instrfn_stop, instrfn_debug_call_guarded\n\
+         mcount: vzeroupper\n ret\n__fentry__: xorq %r11, %r11\n ret\n\
+         instrfn_start: ret\ninstrfn_stop: ret\n\
+         instrfn_debug_call_guarded: movq %rdi, %rax\n movq %rsi, %rdi\n jmp *%rax\n\
+         .section .note.GNU-stack,\"\",@progbits\n",
+    )
+    .unwrap();
+    let driver = fixture("regs/driver.c");
+    let harness = fixture("regs/x86_64.S");
+    let exe = cc(
+        X86_64,
+        &[
+            driver.as_os_str(),
+            harness.as_os_str(),
+            fake.as_os_str(),
+            OsStr::new("-lpthread"),
+        ],
+        &dir.join("regs-fake"),
+    );
+    let out = run(&mut command(X86_64, &exe, &["0"], &[], &dir));
+    assert!(!out.status.success());
+    assert!(
+        stderr_of(&out).contains("register #18 clobbered"),
+        "ymm0 upper half: {}",
+        stderr_of(&out)
+    );
+    let out = run(&mut command(X86_64, &exe, &["1"], &[], &dir));
+    assert!(
+        stderr_of(&out).contains("register #9 clobbered"),
+        "r11: {}",
+        stderr_of(&out)
+    );
+}
+
+#[test]
+fn fork_child_writes_its_own_file() {
+    let preload = preload_path();
+    for link in [Link::Preload, Link::Static] {
+        let dir = workdir(&format!("fork-{link:?}"));
+        let exe = build_c(&dir, "scenarios.c", &[], link);
+        let out = run_exe(
+            X86_64,
+            &exe,
+            &["fork", "5000"],
+            &env_for(link, &preload, &[]),
+            &dir,
+        );
+        let text = stdout_of(&out);
+        let child = reported(&text, "child") as u32;
+        let parent = dir.join("gmon.out");
+        let child_file = dir.join(format!("gmon.out.{child}"));
+        let p = gprof_flat(X86_64, &exe, &parent);
+        assert_calls(&p, &[("in_parent", 10_000), ("in_child", 0)], "parent");
+        let c = gprof_flat(X86_64, &exe, &child_file);
+        assert_calls(
+            &c,
+            &[("in_child", 10_000), ("in_parent", 0)],
+            "child (starts from zero)",
+        );
+    }
+}
+
+#[test]
+fn gmon_out_prefix_names_the_file_by_pid() {
+    let dir = workdir("prefix");
+    let exe = build_c(&dir, "scenarios.c", &[], Link::Static);
+    let out = run_exe(
+        X86_64,
+        &exe,
+        &["fork", "100"],
+        &[("GMON_OUT_PREFIX", "prof/app")],
+        &{
+            std::fs::create_dir_all(dir.join("prof")).unwrap();
+            dir.clone()
+        },
+    );
+    let text = stdout_of(&out);
+    let parent = reported(&text, "parent") as u32;
+    let child = reported(&text, "child") as u32;
+    assert!(!dir.join("gmon.out").exists());
+    let p = gprof_flat(X86_64, &exe, &dir.join(format!("prof/app.{parent}")));
+    assert_calls(&p, &[("in_parent", 200)], "prefix parent");
+    let c = gprof_flat(X86_64, &exe, &dir.join(format!("prof/app.{child}")));
+    assert_calls(&c, &[("in_child", 200)], "prefix child");
+}
+
+#[test]
+fn dump_signal_writes_while_running() {
+    let dir = workdir("dump");
+    let exe = build_c(&dir, "scenarios.c", &[], Link::Static);
+    run_exe(
+        X86_64,
+        &exe,
+        &["dump", "7000"],
+        &[("INSTRFN_DUMP_SIGNAL", "USR1")],
+        &dir,
+    );
+    let mid = gprof_flat(X86_64, &exe, &dir.join("gmon.dump"));
+    assert_calls(&mid, &[("work_a", 7000)], "at the dump signal");
+    let end = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
+    assert_calls(&end, &[("work_a", 14_000)], "at exit");
+}
+
+#[test]
+fn c_api_writes_stops_and_starts() {
+    let dir = workdir("c-api");
+    let exe = build_c(&dir, "scenarios.c", &[], Link::Static);
+    run_exe(X86_64, &exe, &["api", "3000"], &[], &dir);
+    let mid = gprof_flat(X86_64, &exe, &dir.join("gmon.api"));
+    assert_calls(
+        &mid,
+        &[("work_a", 3000), ("work_b", 0)],
+        "instrfn_write_gmon",
+    );
+    let end = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
+    assert_calls(
+        &end,
+        &[("work_a", 3000), ("work_b", 3000)],
+        "stopped calls are not counted",
+    );
+}
+
+#[test]
+fn bad_configuration_warns_and_uses_defaults() {
+    let dir = workdir("bad-config");
+    let exe = build_c(&dir, "threads.c", &[], Link::Static);
+    let good = run_exe(X86_64, &exe, &["2", "1000"], &[], &dir);
+    let bad = [
+        ("INSTRFN_HZ", "fast"),
+        ("INSTRFN_DUMP_SIGNAL", "KILL"),
+        ("INSTRFN_MAX_ARCS", "-3"),
+        ("INSTRFN_START", "maybe"),
+    ];
+    let out = run_exe(X86_64, &exe, &["2", "1000"], &bad, &dir);
+    assert_eq!(
+        stdout_of(&out),
+        stdout_of(&good),
+        "the program's own output changed"
+    );
+    let err = stderr_of(&out);
+    assert_eq!(
+        err.lines().count(),
+        bad.len(),
+        "one line per bad variable:\n{err}"
+    );
+    for ((name, value), line) in bad.iter().zip(err.lines()) {
+        assert!(
+            line.starts_with(&format!("instrfn: ignoring {name}=\"{value}\": expected "))
+                && line.contains("; using "),
+            "{line}"
+        );
+    }
+    // Defaults in force: recording started, every call counted.
+    let flat = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
+    assert_calls(
+        &flat,
+        &[("work_a", 2000), ("work_b", 2000)],
+        "defaults after bad values",
+    );
+}
+
+#[test]
+fn inherited_preload_stays_inert() {
+    // A shell that inherited LD_PRELOAD never calls a counting function: no timer, no file.
+    let dir = workdir("inert");
+    let preload = preload_path();
+    let out = run_ok(
+        Command::new("sh")
+            .args(["-c", "grep -E '^SigCgt' /proc/$$/status; sleep 0.05; true"])
+            .env("LD_PRELOAD", &preload)
+            .current_dir(&dir),
+    );
+    let sigcgt = stdout_of(&out);
+    let mask = u64::from_str_radix(sigcgt.split_whitespace().nth(1).unwrap(), 16).unwrap();
+    assert_eq!(
+        mask & (1 << (libc_sigprof() - 1)),
+        0,
+        "SIGPROF caught by an inert shell: {sigcgt}"
+    );
+    assert!(
+        std::fs::read_dir(&dir).unwrap().next().is_none(),
+        "the shell wrote a file"
+    );
+    assert!(stderr_of(&out).is_empty(), "{}", stderr_of(&out));
+}
+
+fn libc_sigprof() -> u32 {
+    27
+}
+
+#[test]
+fn signal_handlers_are_counted_exactly() {
+    let preload = preload_path();
+    for link in [Link::Preload, Link::Static] {
+        let dir = workdir(&format!("signal-{link:?}"));
+        let exe = build_c(&dir, "scenarios.c", &[], link);
+        let out = run_exe(
+            X86_64,
+            &exe,
+            &["signal", "500"],
+            &env_for(link, &preload, &[("INSTRFN_VERBOSE", "1")]),
+            &dir,
+        );
+        let text = stdout_of(&out);
+        let handled = reported(&text, "handler") as u64;
+        let work = reported(&text, "work_a") as u64;
+        let flat = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
+        // Handlers interrupt the program anywhere, also inside the trampolines: every call
+        // is counted (the runtime loses none, see the loss count in the summary).
+        assert_calls(
+            &flat,
+            &[("from_handler", handled), ("work_a", work)],
+            &format!("{link:?}"),
+        );
+        assert!(
+            stderr_of(&out).contains("0 calls lost"),
+            "{}",
+            stderr_of(&out)
+        );
+    }
+}
+
+#[test]
+fn threads_that_exit_early_keep_their_counts() {
+    let dir = workdir("early");
+    let exe = build_c(&dir, "scenarios.c", &[], Link::Static);
+    let n = 1200u64;
+    run_exe(X86_64, &exe, &["early", &n.to_string()], &[], &dir);
+    let a = (n / 2 + 1) + (n / 3 + 1) + (n / 4 + 1) + n;
+    let b = 4 * n - a;
+    let flat = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
+    assert_calls(
+        &flat,
+        &[("work_a", a), ("work_b", b), ("leave_now", 1)],
+        "early exits",
+    );
+}
+
+#[test]
+fn short_lived_threads_use_bounded_memory() {
+    let dir = workdir("churn");
+    let exe = build_c(&dir, "scenarios.c", &[], Link::Static);
+    let few = run_exe(
+        X86_64,
+        &exe,
+        &["churn", "16", "100"],
+        &[("INSTRFN_VERBOSE", "1")],
+        &dir,
+    );
+    let many = run_exe(
+        X86_64,
+        &exe,
+        &["churn", "4000", "100"],
+        &[("INSTRFN_VERBOSE", "1")],
+        &dir,
+    );
+    let flat = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
+    assert_calls(&flat, &[("work_a", 400_000)], "4000 threads");
+    let err = stderr_of(&many);
+    // Blocks are reused: at most one per thread alive at once (8 workers + main), whatever
+    // the number of threads.
+    let blocks: u64 = err
+        .split("; ")
+        .find_map(|s| {
+            s.strip_suffix(" threads")
+                .and_then(|s| s.split(" thread blocks for ").next()?.parse().ok())
+        })
+        .unwrap_or_else(|| panic!("no block count in: {err}"));
+    assert!(blocks <= 9, "{blocks} blocks for 4000 threads: {err}");
+    let hwm_few = reported(&stdout_of(&few), "vmhwm");
+    let hwm_many = reported(&stdout_of(&many), "vmhwm");
+    assert!(
+        hwm_many < hwm_few + 2048.0,
+        "peak RSS grew from {hwm_few} to {hwm_many} KiB"
+    );
+}
+
+#[test]
+fn unwritable_directory_is_reported_not_fatal() {
+    let dir = workdir("unwritable");
+    let exe = build_c(&dir, "threads.c", &[], Link::Static);
+    let out = run_exe(
+        X86_64,
+        &exe,
+        &["1", "100"],
+        &[("GMON_OUT_PREFIX", "/proc/no-such-dir/gmon")],
+        &dir,
+    );
+    let err = stderr_of(&out);
+    assert!(out.status.success());
+    assert_eq!(err.lines().count(), 1, "one line expected: {err}");
+    assert!(
+        err.starts_with("instrfn: cannot write /proc/no-such-dir/gmon."),
+        "{err}"
+    );
+}
+
+#[test]
+fn existing_symlink_is_replaced_not_followed() {
+    let dir = workdir("symlink");
+    let exe = build_c(&dir, "threads.c", &[], Link::Static);
+    let victim = dir.join("victim");
+    std::fs::write(&victim, b"keep me").unwrap();
+    std::os::unix::fs::symlink(&victim, dir.join("gmon.out")).unwrap();
+    run_exe(X86_64, &exe, &["1", "100"], &[], &dir);
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep me");
+    assert!(
+        !std::fs::symlink_metadata(dir.join("gmon.out"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    let flat = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
+    assert_calls(&flat, &[("work_a", 100)], "after replacing the symlink");
+}
