@@ -196,6 +196,17 @@ fn bump(slot: &Slot) {
         .store(slot.count.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
 }
 
+/// Empties `table` (keys and counts). Only by its owner, for benchmarks: a reader running
+/// meanwhile may miss arcs.
+pub fn clear(table: &ArcTable) {
+    for slot in table.slots() {
+        slot.self_pc.store(0, Ordering::Relaxed);
+        slot.from_pc.store(0, Ordering::Relaxed);
+        slot.count.store(0, Ordering::Relaxed);
+    }
+    table.len.store(0, Ordering::Relaxed);
+}
+
 /// Zeroes every count of `table` and of the tables it replaced (keys stay). Only for a state
 /// no other thread can touch (the child after fork).
 pub fn zero_counts(table: *mut ArcTable) {

@@ -35,8 +35,9 @@ mod sampler;
 mod thread;
 
 pub use runtime::{
-    __monstartup, _mcleanup, instrfn_debug_call_guarded, instrfn_start, instrfn_stop,
-    instrfn_write_gmon, moncontrol, monstartup,
+    __monstartup, _mcleanup, instrfn_calls_recorded, instrfn_debug_call_guarded,
+    instrfn_debug_clear_thread, instrfn_start, instrfn_stop, instrfn_write_gmon, moncontrol,
+    monstartup,
 };
 
 /// Whether this build has trampolines for the target architecture.
@@ -60,6 +61,11 @@ pub fn write_gmon() -> Result<(), Errno> {
         0 => Ok(()),
         e => Err(Errno(e)),
     }
+}
+
+/// Calls recorded so far, all threads and arcs together.
+pub fn calls_recorded() -> u64 {
+    runtime::instrfn_calls_recorded()
 }
 
 /// An OS error number (`std::io::Error::from_raw_os_error(e.0)` makes an `io::Error` of it).

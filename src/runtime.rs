@@ -306,6 +306,38 @@ guarded_entry! {
         => call_guarded
 }
 
+guarded_entry! {
+    /// Calls recorded so far, all threads and arcs together (what gmon.out would hold, and
+    /// arcs gprof cannot show included).
+    #[unsafe(no_mangle)]
+    pub fn instrfn_calls_recorded() -> u64 => api_calls_recorded
+}
+guarded_entry! {
+    /// Empties the calling thread's arc table (keys and counts), so that the next calls are
+    /// first calls again. For the trampoline benchmarks; not needed by programs.
+    #[unsafe(no_mangle)]
+    pub fn instrfn_debug_clear_thread() => clear_thread
+}
+
+extern "C" fn api_calls_recorded() -> u64 {
+    thread::blocks()
+        .map(|b| {
+            let mut n = 0;
+            arcs::for_each_arc(&b.table, |_, _, c| n += c);
+            n
+        })
+        .sum()
+}
+
+extern "C" fn clear_thread() {
+    // SAFETY: this thread's TLS block.
+    let tls = unsafe { &mut *arch::tls() };
+    if !tls.table.is_null() {
+        // SAFETY: the table of this thread's block; only this thread writes it.
+        arcs::clear(unsafe { &*tls.table });
+    }
+}
+
 extern "C" fn api_start() {
     runtime();
     set_recording(true);

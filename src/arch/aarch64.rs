@@ -1,0 +1,110 @@
+//! aarch64 (AAPCS64): `_mcount` after the prologue, an ordinary call with x0 = from_pc (the
+//! instrumented function's return address) and x30 = self_pc; `mcount` is the same entry.
+//! There is no `__fentry__` on aarch64. The routines and their register contracts are in
+//! `asm/aarch64.s`.
+
+use core::arch::global_asm;
+
+global_asm!(include_str!("../../asm/aarch64.s"));
+
+/// Whether this build has trampolines (false only on unsupported architectures).
+pub const SUPPORTED: bool = true;
+
+/// `_mcount`: called by `gcc -pg` and rustc `-Zinstrument-mcount` code after the prologue.
+/// ABI here: x0 = from_pc, x30 = self_pc; x0, x16, x17 and the flags are clobbered, every
+/// other register preserved (see `instrfn_aarch64_mcount` in asm/aarch64.s).
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn _mcount() {
+    core::arch::naked_asm!(
+        ".cfi_startproc",
+        "b instrfn_aarch64_mcount",
+        ".cfi_endproc",
+    )
+}
+
+/// `mcount`: the same entry, for compilers (and older rustc) that call it by this name.
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mcount() {
+    core::arch::naked_asm!(
+        ".cfi_startproc",
+        "b instrfn_aarch64_mcount",
+        ".cfi_endproc",
+    )
+}
+
+/// Defines a naked `extern "C"` function that calls `$inner` (an `extern "C"` Rust function
+/// taking at most three register arguments) through `instrfn_aarch64_guarded`: guard held,
+/// errno preserved, and all signals blocked unless `in_signal_handler` is given (whose
+/// `sa_mask` already blocks them).
+macro_rules! guarded_entry {
+    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)?
+        => $inner:path) => {
+        guarded_entry!(@emit $(#[$m])* $vis fn $name($($arg: $ty),*) $(-> $ret)? => $inner, "0");
+    };
+    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)?
+        => $inner:path, in_signal_handler) => {
+        guarded_entry!(@emit $(#[$m])* $vis fn $name($($arg: $ty),*) $(-> $ret)? => $inner, "1");
+    };
+    (@emit $(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)?
+        => $inner:path, $flag:literal) => {
+        $(#[$m])*
+        #[unsafe(naked)]
+        $vis extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
+            core::arch::naked_asm!(
+                ".cfi_startproc",
+                "adrp x9, {inner}",
+                "add x9, x9, :lo12:{inner}",
+                concat!("mov x10, #", $flag),
+                "b instrfn_aarch64_guarded",
+                ".cfi_endproc",
+                inner = sym $inner,
+            )
+        }
+    };
+}
+
+unsafe extern "C" {
+    fn instrfn_tls_get() -> *mut crate::thread::Tls;
+    /// Defined in asm/aarch64.s; read by every fast path.
+    static instrfn_enabled: core::sync::atomic::AtomicU8;
+}
+
+/// The global recording switch the trampolines test.
+#[inline]
+pub fn enabled() -> &'static core::sync::atomic::AtomicU8 {
+    // SAFETY: a static defined in the assembly, one byte, only accessed atomically.
+    unsafe { &*core::ptr::addr_of!(instrfn_enabled) }
+}
+
+/// This thread's [`Tls`](crate::thread::Tls) block.
+#[inline]
+pub fn tls() -> *mut crate::thread::Tls {
+    // SAFETY: instrfn_tls_get only reads the thread pointer and a link-time constant.
+    unsafe { instrfn_tls_get() }
+}
+
+/// Offset of the interrupted pc in the kernel's `struct ucontext` for arm64
+/// (arch/arm64/include/uapi/asm/ucontext.h, sigcontext.h): uc_flags (8), uc_link (8),
+/// uc_stack (stack_t: ss_sp, ss_flags + padding, ss_size: 24), uc_sigmask (8), a reserved area
+/// that pads the sigset to 1024 bits (120), so 168 bytes, then `struct sigcontext uc_mcontext`,
+/// 16-byte aligned, at 176: fault_address (8), regs[31] (248), sp (8), then pc at 264.
+/// 176 + 264 = 440. glibc's and musl's ucontext_t (a 128-byte sigset) share this layout.
+const UC_PC_OFFSET: usize = 440;
+
+const _: () = assert!(
+    core::mem::offset_of!(libc::ucontext_t, uc_mcontext)
+        + core::mem::offset_of!(libc::mcontext_t, pc)
+        == UC_PC_OFFSET
+);
+
+/// The pc at which a signal interrupted this thread, from the handler's `ucontext` argument.
+///
+/// # Safety
+/// `uc` must be the third argument of an `SA_SIGINFO` handler.
+#[inline]
+pub unsafe fn interrupted_pc(uc: *const libc::c_void) -> usize {
+    // SAFETY: per the contract uc points to a kernel-built ucontext.
+    unsafe { *(uc.cast::<u8>().add(UC_PC_OFFSET).cast::<usize>()) }
+}
