@@ -330,7 +330,7 @@ pub fn build_instrumented_rust(name: &str, triple: &str, bin: &str) -> PathBuf {
         .arg(&manifest)
         .arg("--target-dir")
         .arg(&target_dir)
-        .env("RUSTFLAGS", INSTRUMENT_FLAGS)
+        .env("RUSTFLAGS", instrument_flags("mcount"))
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .env_remove("RUSTC")
         .env_remove("RUSTC_WRAPPER")
@@ -340,6 +340,10 @@ pub fn build_instrumented_rust(name: &str, triple: &str, bin: &str) -> PathBuf {
     target_dir.join(triple).join("release").join(bin)
 }
 
-/// rustc flags that make every function call mcount (today's spelling of the RFC's
-/// `-Zinstrument-function=mcount`; change it here only).
-pub const INSTRUMENT_FLAGS: &str = "-Zinstrument-mcount";
+/// The rustc flags that make every function call the `kind` hook ("mcount" or "fentry"), as
+/// `scripts/instrument-flags` finds them for the installed nightly: the one place that spells
+/// them.
+pub fn instrument_flags(kind: &str) -> String {
+    let out = run_ok(Command::new(root().join("scripts/instrument-flags")).arg(kind));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The test command: installs what the tests need on a fresh Debian 12 x86_64 machine, builds
+# the runtime for every supported target, and runs the whole test suite (unit tests, the host
+# end-to-end tests, and the qemu-user tests of the other architectures). Nothing is skipped:
+# a missing tool fails the run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '\n== %s\n' "$*"; }
+die() { printf 'test.sh: %s\n' "$*" >&2; exit 1; }
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+# -- Debian packages ------------------------------------------------------------------------
+packages=(
+    gcc libc6-dev binutils make python3 time      # host toolchain, gprof, GNU time
+    musl-tools                                    # musl-gcc for the musl routes
+    qemu-user                                     # runs the foreign-architecture tests
+    gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu
+    gcc-riscv64-linux-gnu libc6-dev-riscv64-cross binutils-riscv64-linux-gnu
+    gcc-s390x-linux-gnu libc6-dev-s390x-cross binutils-s390x-linux-gnu
+)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    say "installing Debian packages: ${missing[*]}"
+    $SUDO apt-get update -qq || die "apt-get update failed"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" \
+        || die "cannot install ${missing[*]}"
+fi
+for tool in gcc gprof musl-gcc qemu-aarch64 qemu-riscv64 qemu-s390x /usr/bin/time \
+            aarch64-linux-gnu-gcc aarch64-linux-gnu-gprof riscv64-linux-gnu-gcc \
+            riscv64-linux-gnu-gprof s390x-linux-gnu-gcc s390x-linux-gnu-gprof; do
+    command -v "$tool" >/dev/null || die "$tool is still missing after installing packages"
+done
+
+# -- Rust toolchains and targets ------------------------------------------------------------
+command -v rustup >/dev/null || die "rustup is required (https://rustup.rs)"
+if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+    say "installing the nightly toolchain (instrumented fixtures need -Zinstrument-mcount)"
+    rustup toolchain install nightly --profile minimal || die "cannot install nightly"
+fi
+stable_targets=(x86_64-unknown-linux-musl aarch64-unknown-linux-gnu riscv64gc-unknown-linux-gnu
+                s390x-unknown-linux-gnu)
+nightly_targets=(x86_64-unknown-linux-musl aarch64-unknown-linux-gnu)
+installed=$(rustup target list --installed)
+for t in "${stable_targets[@]}"; do
+    grep -qx "$t" <<<"$installed" || rustup target add "$t" || die "cannot add target $t"
+done
+installed=$(rustup +nightly target list --installed)
+for t in "${nightly_targets[@]}"; do
+    grep -qx "$t" <<<"$installed" || rustup +nightly target add "$t" \
+        || die "cannot add nightly target $t"
+done
+scripts/instrument-flags mcount >/dev/null || die "nightly rustc cannot instrument (see above)"
+
+# -- Build the runtime for every target -----------------------------------------------------
+say "building the runtime (stable): host, musl, aarch64, riscv64, s390x"
+cargo build --release --locked
+for t in "${stable_targets[@]}"; do
+    cargo build --release --locked --target "$t"
+done
+cargo bench --no-run --locked --bench trampoline >/dev/null
+
+# -- Tests ----------------------------------------------------------------------------------
+say "running the tests"
+cargo test --release --locked -- --test-threads=2
+say "all tests passed"
