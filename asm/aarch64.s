@@ -53,6 +53,9 @@ instrfn_enabled:
 .Lall_signals:
     .quad -1
 
+    // Never exported from libinstrfn.so (see asm/x86_64.s).
+    .hidden instrfn_slow_path
+
     .text
 
 // instrfn_aarch64_mcount: the fast path of _mcount and mcount.
@@ -264,15 +267,15 @@ instrfn_aarch64_slow:
     .cfi_endproc
     .size instrfn_aarch64_slow, .-instrfn_aarch64_slow
 
-// instrfn_aarch64_guarded: run a runtime entry point with this thread's guard held.
-//   x9 = the Rust function to call, x0/x1/x2 = its first three arguments, x10 = 0: block all
-//   signals around the call; 1: the caller is a signal handler whose sa_mask already blocks
-//   them. Returns the function's x0; errno is preserved; the previous guard value is restored.
-//   Clobbers what an ordinary call clobbers. x9/x10, not x16/x17: the stubs reach this routine
+// instrfn_aarch64_guarded: run a runtime entry point with this thread's guard held and all
+//   signals blocked (as on x86_64, also when called from a signal handler).
+//   x9 = the Rust function to call, x0/x1/x2 = its first three arguments. Returns the
+//   function's x0; errno, the previous guard value and the signal mask are restored.
+//   Clobbers what an ordinary call clobbers. x9, not x16/x17: the stubs reach this routine
 //   by a `b` that the linker may route through a veneer, and veneers clobber x16/x17.
 //   Frame, 96 bytes, x29 = sp = CFA - 96: +0 x29, x30; +16 x19 (function), x20; +32 x21, x22
-//   (arguments); +48 x23 (the x10 flag), x24 (&Tls); +64 old signal mask; +72 errno (4
-//   bytes); +80 old guard.
+//   (arguments); +48 x23 (unused), x24 (&Tls); +64 old signal mask; +72 errno (4 bytes);
+//   +80 old guard.
     .p2align 4
     .globl instrfn_aarch64_guarded
     .hidden instrfn_aarch64_guarded
@@ -298,8 +301,6 @@ instrfn_aarch64_guarded:
     mov     x20, x0
     mov     x21, x1
     mov     x22, x2
-    mov     x23, x10
-    cbnz    x23, 1f
     mov     x0, #0                          // rt_sigprocmask(SIG_BLOCK, all, &old, 8)
     adrp    x1, .Lall_signals
     add     x1, x1, #:lo12:.Lall_signals
@@ -307,7 +308,7 @@ instrfn_aarch64_guarded:
     mov     x3, #8
     mov     x8, #135
     svc     #0
-1:  bl      __errno_location
+    bl      __errno_location
     ldr     w0, [x0]
     str     w0, [sp, #72]
     mrs     x24, tpidr_el0
@@ -328,14 +329,13 @@ instrfn_aarch64_guarded:
     bl      __errno_location
     ldr     w1, [sp, #72]
     str     w1, [x0]
-    cbnz    x23, 2f
     mov     x0, #2                          // rt_sigprocmask(SIG_SETMASK, &old, NULL, 8)
     add     x1, sp, #64
     mov     x2, #0
     mov     x3, #8
     mov     x8, #135
     svc     #0
-2:  mov     x0, x19
+    mov     x0, x19
     ldp     x23, x24, [sp, #48]
     ldp     x21, x22, [sp, #32]
     ldp     x19, x20, [sp, #16]

@@ -58,6 +58,10 @@ instrfn_x86_64_xsave_mask:
 instrfn_x86_64_xsave_size:
     .quad 0
 
+    # The Rust slow path is an internal symbol of whatever links the runtime: never exported
+    # from libinstrfn.so, so a program cannot replace it and calls to it bind locally.
+    .hidden instrfn_slow_path
+
     .section .rodata
     .p2align 3
 instrfn_x86_64_all_signals:
@@ -317,13 +321,14 @@ instrfn_x86_64_xsave_detect:
     .cfi_endproc
     .size instrfn_x86_64_xsave_detect, .-instrfn_x86_64_xsave_detect
 
-# instrfn_x86_64_guarded: run a runtime entry point with this thread's guard held.
-#   %rax = the Rust function to call, %rdi/%rsi/%rdx = its first three arguments,
-#   %r10 = 0: block all signals around the call; 1: the caller is a signal handler whose
-#   sa_mask already blocks them. Returns the function's %rax; errno is preserved; the previous
-#   guard value is restored (so a handler that interrupts a fast path leaves it as it was).
+# instrfn_x86_64_guarded: run a runtime entry point with this thread's guard held and all
+#   signals blocked (also when the caller is a signal handler: then this only repeats its
+#   sa_mask, where the kernel applies it; emulators such as qemu-riscv64 do not).
+#   %rax = the Rust function to call, %rdi/%rsi/%rdx = its first three arguments.
+#   Returns the function's %rax; errno is preserved; the previous guard value and signal mask
+#   are restored (so a handler that interrupts a fast path leaves both as they were).
 #   Clobbers what an ordinary call clobbers.
-#   Frame: (%rsp) old signal mask, 8 errno, 16 old guard, 24 the %r10 flag.
+#   Frame: (%rsp) old signal mask, 8 errno, 16 old guard.
     .p2align 4
     .globl instrfn_x86_64_guarded
     .hidden instrfn_x86_64_guarded
@@ -350,16 +355,13 @@ instrfn_x86_64_guarded:
     movq %rdi, %r13
     movq %rsi, %r14
     movq %rdx, %r15
-    movq %r10, 24(%rsp)
-    testq %r10, %r10
-    jnz 1f
     movl $14, %eax                   # rt_sigprocmask(SIG_BLOCK, all, &old, 8)
     xorl %edi, %edi
     leaq instrfn_x86_64_all_signals(%rip), %rsi
     movq %rsp, %rdx
     movl $8, %r10d
     syscall
-1:  call __errno_location@PLT
+    call __errno_location@PLT
     movl (%rax), %eax
     movl %eax, 8(%rsp)
     movq instrfn_tls@gottpoff(%rip), %rbx
@@ -376,15 +378,13 @@ instrfn_x86_64_guarded:
     call __errno_location@PLT
     movl 8(%rsp), %ecx
     movl %ecx, (%rax)
-    cmpq $0, 24(%rsp)
-    jnz 2f
     movl $14, %eax                   # rt_sigprocmask(SIG_SETMASK, &old, NULL, 8)
     movl $2, %edi
     movq %rsp, %rsi
     xorl %edx, %edx
     movl $8, %r10d
     syscall
-2:  movq %r12, %rax
+    movq %r12, %rax
     leaq -40(%rbp), %rsp
     popq %r15
     popq %r14

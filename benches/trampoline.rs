@@ -86,7 +86,11 @@ fn assert_counted(name: &str, expect_per_call: u64, f: impl Fn(usize)) {
         f(i);
     }
     let got = instrfn::calls_recorded() - before;
-    assert_eq!(got, 1000 * expect_per_call, "{name}: calls not counted as expected");
+    assert_eq!(
+        got,
+        1000 * expect_per_call,
+        "{name}: calls not counted as expected"
+    );
 }
 
 fn fast_paths(c: &mut Criterion) {
@@ -119,11 +123,19 @@ fn first_arcs(iters: u64, f: unsafe extern "C" fn(usize)) -> Duration {
 fn first_arc_paths(c: &mut Criterion) {
     instrfn::instrfn_debug_clear_thread();
     // SAFETY: see fast_paths.
-    assert_counted("mcount first arc", 1, |i| unsafe { bench_mcount_from(0x6000_0000_0000 + i * 16) });
-    assert_counted("fentry first arc", 1, |i| unsafe { bench_fentry_from(0x6100_0000_0000 + i * 16) });
+    assert_counted("mcount first arc", 1, |i| unsafe {
+        bench_mcount_from(0x6000_0000_0000 + i * 16)
+    });
+    assert_counted("fentry first arc", 1, |i| unsafe {
+        bench_fentry_from(0x6100_0000_0000 + i * 16)
+    });
     let mut g = c.benchmark_group("first_arc");
-    g.bench_function("mcount", |b| b.iter_custom(|n| first_arcs(n, bench_mcount_from)));
-    g.bench_function("fentry", |b| b.iter_custom(|n| first_arcs(n, bench_fentry_from)));
+    g.bench_function("mcount", |b| {
+        b.iter_custom(|n| first_arcs(n, bench_mcount_from))
+    });
+    g.bench_function("fentry", |b| {
+        b.iter_custom(|n| first_arcs(n, bench_fentry_from))
+    });
     g.finish();
 }
 

@@ -1,7 +1,8 @@
 //! instrfn: the runtime behind compiler function instrumentation on Linux.
 //!
 //! Compilers plant a call in every function: `gcc -pg` and rustc `-Zinstrument-mcount` call
-//! `mcount` (`_mcount` on aarch64 and riscv64), `gcc -pg -mfentry` calls `__fentry__`. This
+//! `mcount` (`_mcount` on aarch64 and riscv64, and from gcc on s390x), `gcc -pg -mfentry`
+//! calls `__fentry__`. This
 //! crate defines those symbols with per-architecture trampolines that count each call arc
 //! `(caller, callee)` exactly, per thread and without locks, samples the pc with SIGPROF, and
 //! writes `gmon.out` for `gprof` — without glibc's gcrt, so it also works on musl, under

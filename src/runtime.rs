@@ -235,7 +235,7 @@ extern "C" fn at_exit() {
 guarded_entry! {
     /// Handler of INSTRFN_DUMP_SIGNAL: writes gmon.out now.
     fn instrfn_dump_entry(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void)
-        => on_dump_signal, in_signal_handler
+        => on_dump_signal
 }
 
 extern "C" fn on_dump_signal(_sig: c_int, _info: *mut libc::siginfo_t, _uc: *mut c_void) {
@@ -269,7 +269,16 @@ guarded_entry! {
 }
 
 extern "C" fn monstartup_inner(_lowpc: usize, _highpc: usize) {
-    runtime();
+    unsafe extern "C" {
+        static environ: *const *const core::ffi::c_char;
+    }
+    // riscv64's gcrt1.o calls __monstartup from .preinit_array, before libc has set up the
+    // environment: starting now would miss every INSTRFN_* setting. Then the first counting
+    // call starts the runtime instead.
+    // SAFETY: reads libc's environment pointer, null until libc has initialised it.
+    if !unsafe { environ }.is_null() {
+        runtime();
+    }
 }
 
 extern "C" fn moncontrol_inner(mode: c_int) {

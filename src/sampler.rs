@@ -48,7 +48,7 @@ static CPU_SINCE_NS: AtomicU64 = AtomicU64::new(u64::MAX);
 guarded_entry! {
     /// SIGPROF handler (SA_SIGINFO). Runs the Rust handler with the guard held.
     fn instrfn_sigprof_entry(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void)
-        => on_sigprof, in_signal_handler
+        => on_sigprof
 }
 
 extern "C" fn on_sigprof(_sig: c_int, _info: *mut libc::siginfo_t, uc: *mut c_void) {

@@ -9,8 +9,15 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 /// The entry points each harness calls (driver.c's `kind`): 0 is `_mcount`; 1 is `__fentry__`
-/// on s390x and the `mcount` alias on aarch64 and riscv64, which have no `__fentry__`.
-const REGS_KINDS: [&str; 2] = ["0", "1"];
+/// on s390x and the `mcount` alias on aarch64 and riscv64, which have no `__fentry__`; 2 is
+/// `mcount` on s390x (what LLVM emits there).
+fn regs_kinds(arch: Arch) -> &'static [&'static str] {
+    if arch.name == "s390x" {
+        &["0", "1", "2"]
+    } else {
+        &["0", "1"]
+    }
+}
 
 /// Extra compiler flags for `arch` (s390x: z13, so vector registers are live and checked).
 fn arch_flags(arch: Arch) -> &'static [&'static str] {
@@ -118,7 +125,7 @@ fn registers(arch: Arch) {
         (&st, vec![]),
         (&dy, vec![("LD_LIBRARY_PATH", ld_path.as_str())]),
     ] {
-        for kind in REGS_KINDS {
+        for kind in regs_kinds(arch) {
             let out = run(&mut command(arch, exe, &[kind], &env, &dir));
             assert!(
                 out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok 10012",
@@ -265,6 +272,45 @@ fn s390x_scenarios() {
 #[test]
 fn s390x_histogram() {
     histogram(S390X);
+}
+
+#[test]
+fn s390x_registers_without_vector_facility() {
+    // The trampolines pick their save method at run time: on a CPU without the vector
+    // facility they save the FPRs only, and must not execute a vector instruction.
+    let dir = workdir("s390x-regs-novx");
+    let driver = fixture("regs/driver.c");
+    let harness = fixture("regs/s390x.S");
+    let lib = runtime_lib(S390X, Lib::Static);
+    let args: Vec<&OsStr> = vec![
+        OsStr::new("-O1"),
+        OsStr::new("-march=z10"),
+        driver.as_os_str(),
+        harness.as_os_str(),
+        lib.as_os_str(),
+        OsStr::new("-lpthread"),
+        OsStr::new("-ldl"),
+    ];
+    let exe = cc(S390X, &args, &dir.join("regs-z10"));
+    for kind in regs_kinds(S390X) {
+        let out = run_ok(
+            std::process::Command::new("qemu-s390x")
+                .args([
+                    "-cpu",
+                    "qemu,vx=off,vxeh=off,vxeh2=off",
+                    "-L",
+                    S390X.sysroot.unwrap(),
+                ])
+                .arg(&exe)
+                .arg(kind)
+                .current_dir(&dir),
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "ok 10012",
+            "kind {kind}"
+        );
+    }
 }
 
 #[test]

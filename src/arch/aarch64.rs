@@ -16,39 +16,22 @@ pub const SUPPORTED: bool = true;
 #[unsafe(naked)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn _mcount() {
-    core::arch::naked_asm!(
-        ".cfi_startproc",
-        "b instrfn_aarch64_mcount",
-        ".cfi_endproc",
-    )
+    core::arch::naked_asm!(".cfi_startproc", "b instrfn_aarch64_mcount", ".cfi_endproc",)
 }
 
 /// `mcount`: the same entry, for compilers (and older rustc) that call it by this name.
 #[unsafe(naked)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mcount() {
-    core::arch::naked_asm!(
-        ".cfi_startproc",
-        "b instrfn_aarch64_mcount",
-        ".cfi_endproc",
-    )
+    core::arch::naked_asm!(".cfi_startproc", "b instrfn_aarch64_mcount", ".cfi_endproc",)
 }
 
 /// Defines a naked `extern "C"` function that calls `$inner` (an `extern "C"` Rust function
 /// taking at most three register arguments) through `instrfn_aarch64_guarded`: guard held,
-/// errno preserved, and all signals blocked unless `in_signal_handler` is given (whose
-/// `sa_mask` already blocks them).
+/// errno preserved, all signals blocked.
 macro_rules! guarded_entry {
     ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)?
         => $inner:path) => {
-        guarded_entry!(@emit $(#[$m])* $vis fn $name($($arg: $ty),*) $(-> $ret)? => $inner, "0");
-    };
-    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)?
-        => $inner:path, in_signal_handler) => {
-        guarded_entry!(@emit $(#[$m])* $vis fn $name($($arg: $ty),*) $(-> $ret)? => $inner, "1");
-    };
-    (@emit $(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)?
-        => $inner:path, $flag:literal) => {
         $(#[$m])*
         #[unsafe(naked)]
         $vis extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
@@ -56,7 +39,6 @@ macro_rules! guarded_entry {
                 ".cfi_startproc",
                 "adrp x9, {inner}",
                 "add x9, x9, :lo12:{inner}",
-                concat!("mov x10, #", $flag),
                 "b instrfn_aarch64_guarded",
                 ".cfi_endproc",
                 inner = sym $inner,

@@ -6,7 +6,7 @@ pub const SUPPORTED: bool = false;
 
 macro_rules! guarded_entry {
     ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)?
-        => $inner:path $(, in_signal_handler)?) => {
+        => $inner:path) => {
         $(#[$m])*
         $vis extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
             $inner($($arg),*)

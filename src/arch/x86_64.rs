@@ -49,26 +49,16 @@ pub unsafe extern "C" fn __fentry__() {
 
 /// Defines a naked `extern "C"` function that calls `$inner` (an `extern "C"` Rust function
 /// taking at most three register arguments) through `instrfn_x86_64_guarded`: guard held,
-/// errno preserved, and all signals blocked unless `in_signal_handler` is given (whose
-/// `sa_mask` already blocks them).
+/// errno preserved, all signals blocked.
 macro_rules! guarded_entry {
     ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)?
         => $inner:path) => {
-        guarded_entry!(@emit $(#[$m])* $vis fn $name($($arg: $ty),*) $(-> $ret)? => $inner, "0");
-    };
-    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)?
-        => $inner:path, in_signal_handler) => {
-        guarded_entry!(@emit $(#[$m])* $vis fn $name($($arg: $ty),*) $(-> $ret)? => $inner, "1");
-    };
-    (@emit $(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)?
-        => $inner:path, $flag:literal) => {
         $(#[$m])*
         #[unsafe(naked)]
         $vis extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
             core::arch::naked_asm!(
                 ".cfi_startproc",
                 "leaq {inner}(%rip), %rax",
-                concat!("movl $", $flag, ", %r10d"),
                 "jmp instrfn_x86_64_guarded",
                 ".cfi_endproc",
                 inner = sym $inner,

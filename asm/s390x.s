@@ -1,0 +1,436 @@
+# instrfn trampolines for s390x Linux (z/Architecture ELF ABI), GNU as syntax.
+#
+# Same plan, names and shared layouts (Tls, ArcTable, slot, hash) as asm/x86_64.s, the annotated
+# reference; this file documents only how s390x differs. Assembled as one `global_asm!` block by
+# src/arch/s390x.rs, whose naked exported stubs (mcount, _mcount, __fentry__, the guarded entry
+# points) branch into the routines below.
+#
+# What differs from x86_64
+# - Calls are `brasl %rN,target`: the return address goes into a register, not onto the stack.
+#   gcc -pg and LLVM emit `stg %r14,8(%r15); brasl %r14,_mcount (LLVM: mcount); lg %r14,8(%r15)`
+#   before the prologue: self_pc = %r14, from_pc = the word at 8(%r15) (the "reserved" word of
+#   the 160-byte register save area). gcc -mfentry emits `brasl %r0,__fentry__` as the first
+#   instruction: self_pc = %r0, from_pc = %r14; `br %r0` does not branch (r0 means "no
+#   register"), so both trampolines return through %r1, which like %r0 the ABI lets any call
+#   clobber.
+# - Everything but %r0/%r1 must survive: LLVM declares mcount with the AnyReg register mask
+#   (r2-r15, f0-f15, v0-v31), gcc emits the call before any register is saved.
+# - No red zone: memory below %r15 belongs to signal handlers. Instead, a function called with
+#   %r15 = S may store into its caller's 160-byte register save area at S+16..S+159 (S+0 is the
+#   caller's backchain, S+8 holds from_pc for mcount). Both trampolines are entered before the
+#   instrumented function's prologue, so that area is the instrumented function's own, still
+#   unused, save area. The fast path keeps %r2-%r5 there; the slow path also saves %r6-%r15 there
+#   in their ABI slots, then allocates its own frame with a backchain.
+# - The DWARF CFA is %r15 + 160 at entry (not %r15 + 8). The return-address column is %r14 for
+#   mcount, %r0 for __fentry__ and %r1 in the shared slow path (`.cfi_return_column`), so an
+#   unwinder finds the instrumented function's pc in each, and its own %r14 kept apart.
+# - The thread pointer is the access-register pair a0:a1 (high:low); initial-exec TLS is
+#   `larl` of the GOT slot `instrfn_tls@indntpoff`, whose content is the offset from it.
+# - Vector registers: with the vector facility the 32 128-bit registers overlay f0-f15 (f<n> is
+#   the left half of v<n>). The slow path tests HWCAP_S390_VX (getauxval(AT_HWCAP), asked once)
+#   and saves v0-v31 with it, f0-f15 only without it, so the trampolines run on any z/Arch CPU
+#   (the crate's target baseline, z10) and never execute a vector instruction on a machine or
+#   kernel without the facility.
+# - Big-endian, so gmon.out is written big-endian (native order), as s390x gprof expects.
+
+    .section .tbss,"awT",@nobits
+    .p2align 6
+    .globl instrfn_tls
+    .hidden instrfn_tls
+    .type instrfn_tls,@object
+    .size instrfn_tls, 64
+instrfn_tls:
+    .zero 64
+
+    .data
+    # `larl` needs even addresses: both bytes below are 8-byte aligned.
+    .p2align 3
+    .globl instrfn_enabled
+    .hidden instrfn_enabled
+    .type instrfn_enabled,@object
+    .size instrfn_enabled, 1
+instrfn_enabled:
+    .byte 1
+
+    # Vector facility, found by the first slow path: 0 = not yet known, 1 = absent, 2 = present
+    # (v0-v31 are saved). Threads that race to fill it store the same value.
+    .p2align 3
+    .globl instrfn_s390x_vx
+    .hidden instrfn_s390x_vx
+    .type instrfn_s390x_vx,@object
+    .size instrfn_s390x_vx, 1
+instrfn_s390x_vx:
+    .byte 0
+
+    .section .rodata
+    .p2align 3
+instrfn_s390x_all_signals:
+    .quad -1
+
+    # Never exported from libinstrfn.so (see asm/x86_64.s).
+    .hidden instrfn_slow_path
+
+    .text
+
+# FAST_PATH name, self, fromop, fromsrc, retcol
+#   Entry: \self = self_pc (the return address into the instrumented function), `\fromop
+#   %r3,\fromsrc` loads from_pc; \retcol is the register holding the return address (for CFI).
+#   Registers: every register but r0 and r1 is preserved (r1 = self_pc on return, r0 is not
+#   touched). r2-r5 are scratch, kept at 16-47(%r15) = CFA-144..CFA-120 in the save area;
+#   the condition code is clobbered (any call may clobber it). %r15 never moves.
+    .macro FAST_PATH name, self, fromop, fromsrc, retcol
+    .p2align 4
+    .globl instrfn_s390x_\name
+    .hidden instrfn_s390x_\name
+    .type instrfn_s390x_\name,@function
+instrfn_s390x_\name:
+    .cfi_startproc
+    .cfi_return_column \retcol
+    stmg %r2,%r5,16(%r15)
+    .cfi_offset %r2, -144
+    .cfi_offset %r3, -136
+    .cfi_offset %r4, -128
+    .cfi_offset %r5, -120
+    lgr %r1,\self                           # self_pc; we return through r1
+    \fromop %r3,\fromsrc                    # from_pc
+    ear %r2,%a0                             # thread pointer = a0:a1
+    sllg %r2,%r2,32
+    ear %r2,%a1
+    larl %r4,instrfn_tls@indntpoff          # GOT slot: offset of Tls from the thread pointer
+    ag %r2,0(%r4)                           # r2 = &Tls
+    cghsi 8(%r2),0                          # guard held: runtime code is running on this thread
+    jne .Lout_\name
+    larl %r4,instrfn_enabled
+    cli 0(%r4),0
+    je .Lout_\name
+    lg %r2,0(%r2)                           # this thread's ArcTable
+    ltgr %r2,%r2
+    jz .Lslow_\name
+    rllg %r4,%r3,32                         # slot offset = hash(from_pc, self_pc) & mask
+    xgr %r4,%r1
+    msgfi %r4,0x5bd1e995
+    srlg %r4,%r4,27
+.Lprobe_\name:
+    ng %r4,0(%r2)
+    la %r5,64(%r4,%r2)                      # the slot
+    cg %r1,0(%r5)                           # slot.self_pc
+    jne .Lmiss_\name
+    cg %r3,8(%r5)                           # slot.from_pc
+    jne .Lnext_\name
+    agsi 16(%r5),1                          # slot.count: one instruction, so a signal handler
+                                            # that counts on this thread never tears it
+.Lout_\name:
+    lmg %r2,%r5,16(%r15)
+    br %r1
+.Lmiss_\name:
+    cghsi 0(%r5),0                          # empty slot: the arc is not in the table
+    je .Lslow_\name
+.Lnext_\name:
+    aghi %r4,32
+    j .Lprobe_\name
+.Lslow_\name:
+    j instrfn_s390x_slow                    # r1 = self_pc, r3 = from_pc, r2-r5 in the save area
+    .cfi_endproc
+    .size instrfn_s390x_\name, .-instrfn_s390x_\name
+    .endm
+
+# mcount / _mcount: self_pc = r14 (also the return-address column), from_pc at 8(%r15).
+    FAST_PATH mcount, %r14, lg, 8(%r15), %r14
+# __fentry__: self_pc = r0 (the return-address column), from_pc = r14, which must survive.
+    FAST_PATH fentry, %r0, lgr, %r14, %r0
+
+# instrfn_s390x_slow: the slow path of both trampolines.
+#   Entry (by j): r1 = self_pc = the return address, r3 = from_pc, the instrumented code's r2-r5
+#   at 16-47(%r15); r0 and r14 as the trampoline got them (__fentry__: r0 = self_pc and r14 is
+#   the instrumented function's own return address). Returns through r1 with r2-r15, a0/a1,
+#   f0-f15 and v0-v31 as they were (r0 restored too); errno is kept by the Rust side.
+#   Stack (CFA = entry %r15 + 160, held in %r11 while the frame exists):
+#      CFA-160 .. CFA-1  the instrumented function's register save area: CFA-152 from_pc (mcount,
+#                        untouched), CFA-144..-120 r2-r5, CFA-112..-40 r6-r15 (ABI slots)
+#      our frame, %r15 = CFA-992:
+#        0   backchain (= CFA-160) and the 160-byte save area of the Rust code we call
+#      160   old signal mask      168 r0      176 r1 (return address)      184 unused
+#      192   f0-f15, 8 bytes each (always; fixed CFI rules)
+#      320   v0-v31, 16 bytes each (only with the vector facility)
+    .p2align 4
+    .globl instrfn_s390x_slow
+    .hidden instrfn_s390x_slow
+    .type instrfn_s390x_slow,@function
+instrfn_s390x_slow:
+    .cfi_startproc
+    .cfi_return_column %r1
+    .cfi_offset %r2, -144
+    .cfi_offset %r3, -136
+    .cfi_offset %r4, -128
+    .cfi_offset %r5, -120
+    stmg %r6,%r15,48(%r15)
+    .cfi_offset %r6, -112
+    .cfi_offset %r7, -104
+    .cfi_offset %r8, -96
+    .cfi_offset %r9, -88
+    .cfi_offset %r10, -80
+    .cfi_offset %r11, -72
+    .cfi_offset %r12, -64
+    .cfi_offset %r13, -56
+    .cfi_offset %r14, -48
+    .cfi_offset %r15, -40
+    lgr %r11,%r15
+    .cfi_def_cfa_register %r11
+    lay %r15,-832(%r15)
+    stg %r11,0(%r15)                 # backchain
+    stg %r0,168(%r15)
+    .cfi_offset %r0, -824
+    stg %r1,176(%r15)
+    .cfi_offset %r1, -816
+    std %f0,192(%r15)
+    std %f1,200(%r15)
+    std %f2,208(%r15)
+    std %f3,216(%r15)
+    std %f4,224(%r15)
+    std %f5,232(%r15)
+    std %f6,240(%r15)
+    std %f7,248(%r15)
+    std %f8,256(%r15)
+    std %f9,264(%r15)
+    std %f10,272(%r15)
+    std %f11,280(%r15)
+    std %f12,288(%r15)
+    std %f13,296(%r15)
+    std %f14,304(%r15)
+    std %f15,312(%r15)
+    .cfi_offset %f0, -800
+    .cfi_offset %f1, -792
+    .cfi_offset %f2, -784
+    .cfi_offset %f3, -776
+    .cfi_offset %f4, -768
+    .cfi_offset %f5, -760
+    .cfi_offset %f6, -752
+    .cfi_offset %f7, -744
+    .cfi_offset %f8, -736
+    .cfi_offset %f9, -728
+    .cfi_offset %f10, -720
+    .cfi_offset %f11, -712
+    .cfi_offset %f12, -704
+    .cfi_offset %f13, -696
+    .cfi_offset %f14, -688
+    .cfi_offset %f15, -680
+    lgr %r10,%r1                     # self_pc
+    lgr %r12,%r3                     # from_pc
+
+    # Block every signal (see asm/x86_64.s).
+    lghi %r2,0                       # rt_sigprocmask(SIG_BLOCK, all, &old, 8): svc 175
+    larl %r3,instrfn_s390x_all_signals
+    la %r4,160(%r15)
+    lghi %r5,8
+    svc 175
+
+    ear %r13,%a0
+    sllg %r13,%r13,32
+    ear %r13,%a1
+    larl %r1,instrfn_tls@indntpoff
+    ag %r13,0(%r1)                   # r13 = &Tls
+    mvghi 8(%r13),1                  # guard: counting calls made by the runtime itself return
+
+    # Vector facility: known after the first slow path of the process. That first one asks
+    # getauxval(AT_HWCAP) with f0-f15 saved and v0-v31 not yet: getauxval is plain C in glibc
+    # and musl, built for the distribution's base CPU, and touches no vector register (the
+    # register test's first call goes through here and checks all of them).
+    larl %r9,instrfn_s390x_vx
+    cli 0(%r9),0
+    jne 1f
+    lghi %r2,16                      # AT_HWCAP
+    brasl %r14,getauxval@PLT
+    lghi %r0,1
+    tmll %r2,2048                    # HWCAP_S390_VX
+    jz 2f
+    lghi %r0,2
+2:  stc %r0,0(%r9)
+    ld %f0,192(%r15)                 # the call-clobbered FPRs getauxval may have used
+    ld %f1,200(%r15)
+    ld %f2,208(%r15)
+    ld %f3,216(%r15)
+    ld %f4,224(%r15)
+    ld %f5,232(%r15)
+    ld %f6,240(%r15)
+    ld %f7,248(%r15)
+1:  cli 0(%r9),2
+    jne 3f
+    .machine push
+    .machine z13
+    vstm %v0,%v15,320(%r15)
+    vstm %v16,%v31,576(%r15)
+    .machine pop
+3:
+    lgr %r2,%r13                     # arg 0: &Tls
+    lgr %r3,%r12                     # arg 1: from_pc
+    lgr %r4,%r10                     # arg 2: self_pc
+    brasl %r14,instrfn_slow_path@PLT
+    mvghi 8(%r13),0
+
+    lghi %r2,2                       # rt_sigprocmask(SIG_SETMASK, &old, NULL, 8)
+    la %r3,160(%r15)
+    lghi %r4,0
+    lghi %r5,8
+    svc 175
+
+    cli 0(%r9),2
+    jne 4f
+    .machine push
+    .machine z13
+    vlm %v0,%v15,320(%r15)           # also restores f0-f15 (their left halves)
+    vlm %v16,%v31,576(%r15)
+    .machine pop
+    j 5f
+4:  ld %f0,192(%r15)
+    ld %f1,200(%r15)
+    ld %f2,208(%r15)
+    ld %f3,216(%r15)
+    ld %f4,224(%r15)
+    ld %f5,232(%r15)
+    ld %f6,240(%r15)
+    ld %f7,248(%r15)
+    ld %f8,256(%r15)
+    ld %f9,264(%r15)
+    ld %f10,272(%r15)
+    ld %f11,280(%r15)
+    ld %f12,288(%r15)
+    ld %f13,296(%r15)
+    ld %f14,304(%r15)
+    ld %f15,312(%r15)
+5:  lg %r0,168(%r15)
+    lg %r1,176(%r15)
+    lmg %r6,%r15,832+48(%r15)        # r15 back to its entry value last
+    .cfi_def_cfa %r15, 160
+    .cfi_restore %r6
+    .cfi_restore %r7
+    .cfi_restore %r8
+    .cfi_restore %r9
+    .cfi_restore %r10
+    .cfi_restore %r11
+    .cfi_restore %r12
+    .cfi_restore %r13
+    .cfi_restore %r14
+    .cfi_restore %r15
+    .cfi_restore %f0
+    .cfi_restore %f1
+    .cfi_restore %f2
+    .cfi_restore %f3
+    .cfi_restore %f4
+    .cfi_restore %f5
+    .cfi_restore %f6
+    .cfi_restore %f7
+    .cfi_restore %f8
+    .cfi_restore %f9
+    .cfi_restore %f10
+    .cfi_restore %f11
+    .cfi_restore %f12
+    .cfi_restore %f13
+    .cfi_restore %f14
+    .cfi_restore %f15
+    .cfi_restore %r0
+    .cfi_restore %r1
+    lmg %r2,%r5,16(%r15)
+    .cfi_restore %r2
+    .cfi_restore %r3
+    .cfi_restore %r4
+    .cfi_restore %r5
+    br %r1
+    .cfi_endproc
+    .size instrfn_s390x_slow, .-instrfn_s390x_slow
+
+# instrfn_s390x_guarded: run a runtime entry point with this thread's guard held and all
+#   signals blocked (as on x86_64, also when called from a signal handler).
+#   r1 = the Rust function to call, r2/r3/r4 = its first three arguments. An ordinary ABI call otherwise
+#   (entered by `jg` from a guarded_entry! stub, so r14 is the stub's caller's return address):
+#   returns the function's r2, keeps errno and restores the previous guard value; clobbers
+#   what a call may clobber.
+#   Frame (%r15 = CFA-344; r6-r15 in the caller's save area, CFA-112..-40):
+#      0 backchain and save area, 160 old signal mask, 168 errno, 176 old guard
+    .p2align 4
+    .globl instrfn_s390x_guarded
+    .hidden instrfn_s390x_guarded
+    .type instrfn_s390x_guarded,@function
+instrfn_s390x_guarded:
+    .cfi_startproc
+    stmg %r6,%r15,48(%r15)
+    .cfi_offset %r6, -112
+    .cfi_offset %r7, -104
+    .cfi_offset %r8, -96
+    .cfi_offset %r9, -88
+    .cfi_offset %r10, -80
+    .cfi_offset %r11, -72
+    .cfi_offset %r12, -64
+    .cfi_offset %r13, -56
+    .cfi_offset %r14, -48
+    .cfi_offset %r15, -40
+    lgr %r11,%r15
+    .cfi_def_cfa_register %r11
+    lay %r15,-184(%r15)
+    stg %r11,0(%r15)                 # backchain
+    lgr %r12,%r1                     # the function
+    lgr %r6,%r2                      # its arguments
+    lgr %r7,%r3
+    lgr %r8,%r4
+    lghi %r2,0                       # rt_sigprocmask(SIG_BLOCK, all, &old, 8)
+    larl %r3,instrfn_s390x_all_signals
+    la %r4,160(%r15)
+    lghi %r5,8
+    svc 175
+    brasl %r14,__errno_location@PLT
+    l %r0,0(%r2)
+    st %r0,168(%r15)
+    ear %r13,%a0
+    sllg %r13,%r13,32
+    ear %r13,%a1
+    larl %r1,instrfn_tls@indntpoff
+    ag %r13,0(%r1)                   # r13 = &Tls
+    lg %r0,8(%r13)
+    stg %r0,176(%r15)                # old guard
+    mvghi 8(%r13),1
+    lgr %r2,%r6
+    lgr %r3,%r7
+    lgr %r4,%r8
+    basr %r14,%r12
+    lgr %r9,%r2                      # the result
+    lg %r0,176(%r15)
+    stg %r0,8(%r13)
+    brasl %r14,__errno_location@PLT
+    l %r0,168(%r15)
+    st %r0,0(%r2)
+    lghi %r2,2                       # rt_sigprocmask(SIG_SETMASK, &old, NULL, 8)
+    la %r3,160(%r15)
+    lghi %r4,0
+    lghi %r5,8
+    svc 175
+    lgr %r2,%r9
+    lmg %r6,%r15,184+48(%r15)
+    .cfi_def_cfa %r15, 160
+    .cfi_restore %r6
+    .cfi_restore %r7
+    .cfi_restore %r8
+    .cfi_restore %r9
+    .cfi_restore %r10
+    .cfi_restore %r11
+    .cfi_restore %r12
+    .cfi_restore %r13
+    .cfi_restore %r14
+    .cfi_restore %r15
+    br %r14
+    .cfi_endproc
+    .size instrfn_s390x_guarded, .-instrfn_s390x_guarded
+
+# instrfn_tls_get: r2 = address of this thread's Tls. Clobbers r1 only.
+    .p2align 4
+    .globl instrfn_tls_get
+    .hidden instrfn_tls_get
+    .type instrfn_tls_get,@function
+instrfn_tls_get:
+    .cfi_startproc
+    ear %r2,%a0
+    sllg %r2,%r2,32
+    ear %r2,%a1
+    larl %r1,instrfn_tls@indntpoff
+    ag %r2,0(%r1)
+    br %r14
+    .cfi_endproc
+    .size instrfn_tls_get, .-instrfn_tls_get

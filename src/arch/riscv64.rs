@@ -1,0 +1,91 @@
+//! riscv64 (LP64D psABI): `mv a0, ra; call _mcount` after the prologue, so from_pc = a0 and
+//! self_pc = ra. There is no `__fentry__` on riscv64. The routines and their register contracts
+//! are in `asm/riscv64.s`.
+//!
+//! The naked stubs reach the assembly with a `jal` (`j`, +-1 MiB): the mcount stubs have no
+//! register to spare for a longer jump (a0 and ra carry the arguments and everything else is
+//! preserved), and they are emitted in the same codegen unit, so the same object file, as the
+//! assembly. The `guarded_entry!` stubs live in other modules and use an `auipc`/`jalr` pair
+//! through t2, which reaches anywhere.
+
+use core::arch::global_asm;
+
+global_asm!(include_str!("../../asm/riscv64.s"));
+
+/// Whether this build has trampolines (false only on unsupported architectures).
+pub const SUPPORTED: bool = true;
+
+/// `mcount`: the name older rustc `-Zinstrument-mcount` emitted; same entry as `_mcount`.
+/// ABI here: a0 = from_pc, ra = self_pc, every register preserved (see asm/riscv64.s).
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mcount() {
+    core::arch::naked_asm!(".cfi_startproc", "j instrfn_riscv64_mcount", ".cfi_endproc")
+}
+
+/// `_mcount`: called by `gcc -pg` code (`mv a0, ra; call _mcount`); glibc's only name on
+/// riscv64. ABI here: a0 = from_pc, ra = self_pc, every register preserved.
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn _mcount() {
+    core::arch::naked_asm!(".cfi_startproc", "j instrfn_riscv64_mcount", ".cfi_endproc")
+}
+
+/// Defines a naked `extern "C"` function that calls `$inner` (an `extern "C"` Rust function
+/// taking at most three register arguments) through `instrfn_riscv64_guarded`: guard held,
+/// errno preserved, all signals blocked. Register contract: t0 = `$inner`, t2 is the jump's
+/// scratch register.
+macro_rules! guarded_entry {
+    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)?
+        => $inner:path) => {
+        $(#[$m])*
+        #[unsafe(naked)]
+        $vis extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
+            core::arch::naked_asm!(
+                ".cfi_startproc",
+                "lla t0, {inner}",
+                "2: auipc t2, %pcrel_hi(instrfn_riscv64_guarded)",
+                "jalr zero, %pcrel_lo(2b)(t2)",
+                ".cfi_endproc",
+                inner = sym $inner,
+            )
+        }
+    };
+}
+
+unsafe extern "C" {
+    fn instrfn_tls_get() -> *mut crate::thread::Tls;
+    /// Defined in asm/riscv64.s; read by every fast path.
+    static instrfn_enabled: core::sync::atomic::AtomicU8;
+}
+
+/// The global recording switch the trampolines test.
+#[inline]
+pub fn enabled() -> &'static core::sync::atomic::AtomicU8 {
+    // SAFETY: a static defined in the assembly, one byte, only accessed atomically.
+    unsafe { &*core::ptr::addr_of!(instrfn_enabled) }
+}
+
+/// This thread's [`Tls`](crate::thread::Tls) block.
+#[inline]
+pub fn tls() -> *mut crate::thread::Tls {
+    // SAFETY: instrfn_tls_get only reads the thread pointer and a link-time constant.
+    unsafe { instrfn_tls_get() }
+}
+
+/// The pc at which a signal interrupted this thread, from the handler's `ucontext` argument.
+///
+/// # Safety
+/// `uc` must be the third argument of an `SA_SIGINFO` handler.
+#[inline]
+pub unsafe fn interrupted_pc(uc: *const libc::c_void) -> usize {
+    // Kernel layout (arch/riscv/include/uapi/asm/ucontext.h, sigcontext.h, ptrace.h):
+    // uc_flags (8), uc_link (8), uc_stack (24: ss_sp, ss_flags + padding, ss_size), then
+    // uc_sigmask (8) and __unused[1024 / 8 - 8] = 128 bytes in all, ending at 168; then
+    // struct sigcontext, 16-byte aligned because its FP union holds the 16-byte aligned
+    // __riscv_q_ext_state, so it starts at 176; its first member, user_regs_struct, starts with
+    // pc. glibc's ucontext_t (128-byte sigset_t, no reserved bytes left, mcontext_t 16-aligned)
+    // and musl's share this prefix, and so does qemu-user's frame.
+    // SAFETY: per the contract uc points to a kernel-built ucontext.
+    unsafe { *(uc.cast::<u8>().add(176).cast::<usize>()) }
+}
