@@ -7,6 +7,9 @@
 //! The `first_arc` variants pass a new caller pc on every call, so every call takes the slow
 //! path (insert, table growth included); each sample starts from an empty table.
 //!
+//! `glibc_mcount` is glibc's own `_mcount` (from libc.so.6, started with its `__monstartup`
+//! over this executable's code), measured in the same process for the ratio.
+//!
 //! Before timing, each variant checks that its calls are really counted.
 //! Run: `cargo bench --bench trampoline`.
 
@@ -47,6 +50,23 @@ bench_fentry:
     call __fentry__
     ret
 
+    # the same through a pointer to glibc's _mcount (set up by glibc_mcount_setup)
+    .p2align 4
+    .globl bench_glibc
+bench_glibc:
+    pushq %rbp
+    movq %rsp, %rbp
+    call *bench_glibc_mcount(%rip)
+    popq %rbp
+    ret
+
+    .data
+    .p2align 3
+    .globl bench_glibc_mcount
+bench_glibc_mcount:
+    .quad 0
+    .text
+
     # bench_mcount_from(from_pc): as bench_mcount, with from_pc as the caller pc mcount reads
     .p2align 4
     .globl bench_mcount_from
@@ -72,6 +92,8 @@ bench_fentry_from:
 );
 
 unsafe extern "C" {
+    static mut bench_glibc_mcount: usize;
+    fn bench_glibc();
     fn bench_empty();
     fn bench_mcount();
     fn bench_fentry();
@@ -93,7 +115,25 @@ fn assert_counted(name: &str, expect_per_call: u64, f: impl Fn(usize)) {
     );
 }
 
+/// Points `bench_glibc_mcount` at glibc's `_mcount` and starts glibc's profiler over this
+/// executable (its own `__monstartup`, found in libc.so.6 itself, not the one instrfn defines).
+fn glibc_mcount_setup() {
+    // SAFETY: dlopen/dlsym with valid C strings; the symbols have the documented C signatures.
+    unsafe {
+        let libc_so = libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
+        assert!(!libc_so.is_null(), "libc.so.6 not loaded");
+        let mcount = libc::dlsym(libc_so, c"_mcount".as_ptr());
+        let monstartup = libc::dlsym(libc_so, c"__monstartup".as_ptr());
+        assert!(!mcount.is_null() && !monstartup.is_null());
+        let monstartup: extern "C" fn(usize, usize) = std::mem::transmute(monstartup);
+        let here = bench_glibc as usize;
+        monstartup(here & !0xfff_ffff, (here | 0xfff_ffff) + 1);
+        bench_glibc_mcount = mcount as usize;
+    }
+}
+
 fn fast_paths(c: &mut Criterion) {
+    glibc_mcount_setup();
     // SAFETY (all calls below): the assembly functions follow the C ABI and the trampolines'
     // contracts; they take no pointers.
     assert_counted("empty", 0, |_| unsafe { bench_empty() });
@@ -101,6 +141,7 @@ fn fast_paths(c: &mut Criterion) {
     assert_counted("fentry", 1, |_| unsafe { bench_fentry() });
     let mut g = c.benchmark_group("fast_path");
     g.bench_function("empty_trampoline", |b| b.iter(|| unsafe { bench_empty() }));
+    g.bench_function("glibc_mcount", |b| b.iter(|| unsafe { bench_glibc() }));
     g.bench_function("mcount", |b| b.iter(|| unsafe { bench_mcount() }));
     g.bench_function("fentry", |b| b.iter(|| unsafe { bench_fentry() }));
     g.finish();

@@ -12,7 +12,9 @@ instrfn costs less per call than glibc. Calls counted are read back with gprof, 
 also shows how many calls each runtime lost. Peak RSS is the child's ru_maxrss.
 
 Optional anchors, same workload: --uftrace (uftrace record of the glibc-free -pg binary) and
---xray (clang -fxray-instrument with compiler-rt's FDR mode), reported as ns per call.
+--xray (clang -fxray-instrument with compiler-rt's FDR mode).
+
+"ns/call" is the time one call adds on its thread: (t - plain) * min(T, CPUs) / calls.
 
 Usage: scripts/compare.py [--threads 1,2] [--iterations N] [--runs 3] [--uftrace] [--xray]
 """
@@ -108,10 +110,12 @@ def main():
           f"best of {a.runs}; {os.cpu_count()} CPUs")
     print(f"{'T':>2} {'plain s':>8} {'glibc s':>8} {'instrfn s':>9} {'ratio':>6} "
           f"{'glibc calls':>12} {'instrfn calls':>14} {'expected':>10} {'+RSS KiB':>9}"
-          + ("  extra anchors ns/call" if (a.uftrace or a.xray) else ""))
+          + f" {'glibc ns/call':>13} {'instrfn ns/call':>15}"
+          + ("  anchors ns/call" if (a.uftrace or a.xray) else ""))
     for t in [int(x) for x in a.threads.split(",")]:
         args = [str(t), str(a.iterations)]
         calls = 2 * t * a.iterations
+        per_call = lambda w: 1e9 * (w - best["plain"]) * min(t, os.cpu_count()) / calls
         best = {}
         rss = {}
         for _ in range(a.runs):
@@ -132,20 +136,18 @@ def main():
             w = min(timed([exe["xray"]] + args, d, {
                 "XRAY_OPTIONS": "patch_premain=true xray_mode=xray-fdr verbosity=0",
                 "XRAY_FDR_OPTIONS": "func_duration_threshold_us=0"})[0] for _ in range(a.runs))
-            extra += f"  xray-fdr {1e9 * (w - best['plain']) / calls:.1f}"
+            extra += f"  xray-fdr {per_call(w):.1f}"
         if a.uftrace:
             d = os.path.join(work, "run-uftrace")
             os.makedirs(d, exist_ok=True)
             w = min(timed(["uftrace", "record", "--no-libcall", "-d", os.path.join(d, "data"),
                            exe["instrfn"]] + args, d)[0] for _ in range(a.runs))
-            extra += f"  uftrace {1e9 * (w - best['plain']) / calls:.1f}"
+            extra += f"  uftrace {per_call(w):.1f}"
         print(f"{t:>2} {best['plain']:>8.3f} {best['glibc']:>8.3f} {best['instrfn']:>9.3f} "
               f"{ratio:>6.2f} {counted['glibc']:>12} {counted['instrfn']:>14} {calls:>10} "
-              f"{rss['instrfn'] - rss['plain']:>9}{extra}")
+              f"{rss['instrfn'] - rss['plain']:>9} {per_call(best['glibc']):>13.1f} "
+              f"{per_call(best['instrfn']):>15.1f}{extra}")
         sys.stdout.flush()
-    print("per call: glibc {:.2f} ns, instrfn {:.2f} ns (last T)".format(
-        1e9 * (best["glibc"] - best["plain"]) / calls,
-        1e9 * (best["instrfn"] - best["plain"]) / calls))
     shutil.rmtree(work)
 
 
