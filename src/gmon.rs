@@ -241,24 +241,27 @@ fn write_to(rt: &Runtime, path: &CStr) -> Result<Summary, c_int> {
         sampler::for_each_segment(|start, bins| {
             write_histogram(&mut out, exe, start, bins, snap.rate)
         });
+    } else if let Some(seg) = exe.segments().first() {
+        // gprof refuses a file without a histogram ("gmon.out file is missing histogram"):
+        // without sampling, write one empty bin, so the call counts can still be read.
+        let empty = [core::sync::atomic::AtomicU32::new(0)];
+        write_histogram(&mut out, exe, seg.start, &empty, rt.config.hz.max(1));
     }
     for a in arcs.iter() {
         if exe.contains(a.from) && exe.contains(a.to) {
             summary.arcs += 1;
             summary.calls += a.count;
-            let mut left = a.count;
-            while left > 0 {
-                let n = left.min(ARC_MAX);
-                out.bytes(&[TAG_ARC]);
-                out.addr(exe.link_address(a.from));
-                out.addr(exe.link_address(a.to));
-                out.u32(n as u32);
-                left -= n;
-            }
+            write_arc(&mut out, exe, a);
         } else {
             summary.foreign_arcs += 1;
             summary.foreign_calls += a.count;
         }
+    }
+    // Calls that could not be counted show up in gprof too, as calls of instrfn_calls_lost
+    // from instrfn_runtime, when the runtime is part of the executable (linked, not preloaded).
+    let (marker_from, marker_to) = crate::runtime::loss_markers();
+    if summary.lost > 0 && exe.contains(marker_from) && exe.contains(marker_to) {
+        write_arc(&mut out, exe, &Arc { from: marker_from, to: marker_to, count: summary.lost });
     }
     out.flush();
     let error = out.error;
@@ -278,6 +281,19 @@ fn write_to(rt: &Runtime, path: &CStr) -> Result<Summary, c_int> {
     unsafe { libc::unlink(tmp.as_c_ptr()) };
     message!("cannot write {}: {}", Bytes(path.to_bytes()), Errno(error));
     Err(error)
+}
+
+/// One arc, as as many records as its count needs (gprof sums them).
+fn write_arc(out: &mut Out, exe: &Executable, a: &Arc) {
+    let mut left = a.count;
+    while left > 0 {
+        let n = left.min(ARC_MAX);
+        out.bytes(&[TAG_ARC]);
+        out.addr(exe.link_address(a.from));
+        out.addr(exe.link_address(a.to));
+        out.u32(n as u32);
+        left -= n;
+    }
 }
 
 /// Every arc of every thread block (duplicates across tables and blocks included), and the

@@ -605,3 +605,108 @@ fn existing_symlink_is_replaced_not_followed() {
     let flat = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
     assert_calls(&flat, &[("work_a", 100)], "after replacing the symlink");
 }
+
+#[test]
+fn arc_table_limit_is_counted_and_shown() {
+    // 320 arcs in one thread against a limit of 128: the calls beyond are not counted, but
+    // the loss is exact, said on stderr, and in gmon.out as calls of instrfn_calls_lost.
+    let dir = workdir("arc-limit");
+    let exe = build_c(&dir, "scenarios.c", &[], Link::Static);
+    let out = run_exe(
+        X86_64,
+        &exe,
+        &["sites", "10"],
+        &[("INSTRFN_MAX_ARCS", "128")],
+        &dir,
+    );
+    let total = reported(&stdout_of(&out), "work_a") as u64;
+    let err = stderr_of(&out);
+    let lost: u64 = err
+        .strip_prefix("instrfn: ")
+        .and_then(|l| l.split(" calls were not counted").next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no loss line: {err}"));
+    assert!(lost > 0 && lost < total, "lost {lost} of {total}");
+    let flat = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
+    assert_calls(
+        &flat,
+        &[("work_a", total - lost), ("instrfn_calls_lost", lost)],
+        "arc limit",
+    );
+}
+
+#[test]
+fn program_with_its_own_sigprof_is_not_broken() {
+    let dir = workdir("own-sigprof");
+    build_c(&dir, "scenarios.c", &[], Link::Static);
+    let src = fixture("c/own_sigprof.c");
+    let lib = runtime_lib(X86_64, Lib::Static);
+    let scenarios = dir.join("scenarios.o");
+    let link = |variant: &str, defines: &[&str]| {
+        let obj = dir.join(format!("own_sigprof-{variant}.o"));
+        let mut args = vec![OsStr::new("-O2"), OsStr::new("-c")];
+        args.extend(defines.iter().map(OsStr::new));
+        args.push(src.as_os_str());
+        cc(X86_64, &args, &obj);
+        let libs = [
+            scenarios.as_os_str(),
+            obj.as_os_str(),
+            lib.as_os_str(),
+            OsStr::new("-lpthread"),
+            OsStr::new("-ldl"),
+        ];
+        cc(X86_64, &libs, &dir.join(format!("scenarios-{variant}")))
+    };
+
+    // Early: the program's sampler exists before instrfn starts: instrfn takes no samples and
+    // says so; the program's handler gets its signals; the arcs are all there.
+    let early = link("early", &["-DEARLY"]);
+    let out = run_exe(X86_64, &early, &["own-sigprof", "0.5"], &[], &dir);
+    let text = stdout_of(&out);
+    assert!(
+        reported(&text, "own") >= 10.0,
+        "the program's handler starved: {text}"
+    );
+    assert_eq!(
+        stderr_of(&out).trim(),
+        "instrfn: the program has its own SIGPROF handler; gmon.out will have no pc histogram"
+    );
+    let flat = gprof_flat(X86_64, &early, &dir.join("gmon.out"));
+    assert_calls(
+        &flat,
+        &[("work_a", reported(&text, "work_a") as u64)],
+        "early own sampler",
+    );
+    assert_eq!(flat.total_seconds(), 0.0, "{}", flat.text);
+
+    // Late: the program installs its sampler after instrfn started: its handler takes over
+    // (instrfn does not fight it), instrfn's histogram stops there, and the writer says so.
+    let late = link("late", &[]);
+    let out = run_exe(X86_64, &late, &["own-sigprof", "0.5"], &[], &dir);
+    let text = stdout_of(&out);
+    assert!(
+        reported(&text, "own") >= 10.0,
+        "the program's handler starved: {text}"
+    );
+    assert_eq!(
+        stderr_of(&out).trim(),
+        "instrfn: the program replaced instrfn's SIGPROF handler; the pc histogram stops where it did"
+    );
+    let flat = gprof_flat(X86_64, &late, &dir.join("gmon.out"));
+    assert_calls(
+        &flat,
+        &[("work_a", reported(&text, "work_a") as u64)],
+        "late own sampler",
+    );
+}
+
+#[test]
+fn without_sampling_gprof_still_reads_the_counts() {
+    // INSTRFN_HZ=0: no timer, no signal; gmon.out still carries a (one-bin, empty)
+    // histogram, because gprof rejects a file without one.
+    let dir = workdir("no-sampling");
+    let exe = build_c(&dir, "threads.c", &[], Link::Static);
+    run_exe(X86_64, &exe, &["2", "5000"], &[("INSTRFN_HZ", "0")], &dir);
+    let flat = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
+    assert_calls(&flat, &[("work_a", 10_000), ("work_b", 10_000)], "INSTRFN_HZ=0");
+    assert_eq!(flat.total_seconds(), 0.0);
+}
