@@ -261,7 +261,15 @@ fn write_to(rt: &Runtime, path: &CStr) -> Result<Summary, c_int> {
     // from instrfn_runtime, when the runtime is part of the executable (linked, not preloaded).
     let (marker_from, marker_to) = crate::runtime::loss_markers();
     if summary.lost > 0 && exe.contains(marker_from) && exe.contains(marker_to) {
-        write_arc(&mut out, exe, &Arc { from: marker_from, to: marker_to, count: summary.lost });
+        write_arc(
+            &mut out,
+            exe,
+            &Arc {
+                from: marker_from,
+                to: marker_to,
+                count: summary.lost,
+            },
+        );
     }
     out.flush();
     let error = out.error;

@@ -55,7 +55,10 @@ pub extern "C" fn instrfn_calls_lost() -> u32 {
 
 /// (from_pc, self_pc) of the loss arc: inside the two marker functions.
 pub fn loss_markers() -> (usize, usize) {
-    (instrfn_runtime as *const () as usize, instrfn_calls_lost as *const () as usize)
+    (
+        instrfn_runtime as *const () as usize,
+        instrfn_calls_lost as *const () as usize,
+    )
 }
 
 pub fn lost_without_block() -> u64 {

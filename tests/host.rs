@@ -707,6 +707,10 @@ fn without_sampling_gprof_still_reads_the_counts() {
     let exe = build_c(&dir, "threads.c", &[], Link::Static);
     run_exe(X86_64, &exe, &["2", "5000"], &[("INSTRFN_HZ", "0")], &dir);
     let flat = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
-    assert_calls(&flat, &[("work_a", 10_000), ("work_b", 10_000)], "INSTRFN_HZ=0");
+    assert_calls(
+        &flat,
+        &[("work_a", 10_000), ("work_b", 10_000)],
+        "INSTRFN_HZ=0",
+    );
     assert_eq!(flat.total_seconds(), 0.0);
 }

@@ -7,9 +7,6 @@ use core::arch::global_asm;
 
 global_asm!(include_str!("../../asm/aarch64.s"));
 
-/// Whether this build has trampolines (false only on unsupported architectures).
-pub const SUPPORTED: bool = true;
-
 /// `_mcount`: called by `gcc -pg` and rustc `-Zinstrument-mcount` code after the prologue.
 /// ABI here: x0 = from_pc, x30 = self_pc; x0, x16, x17 and the flags are clobbered, every
 /// other register preserved (see `instrfn_aarch64_mcount` in asm/aarch64.s).
@@ -47,46 +44,16 @@ macro_rules! guarded_entry {
     };
 }
 
-unsafe extern "C" {
-    fn instrfn_tls_get() -> *mut crate::thread::Tls;
-    /// Defined in asm/aarch64.s; read by every fast path.
-    static instrfn_enabled: core::sync::atomic::AtomicU8;
-}
-
-/// The global recording switch the trampolines test.
-#[inline]
-pub fn enabled() -> &'static core::sync::atomic::AtomicU8 {
-    // SAFETY: a static defined in the assembly, one byte, only accessed atomically.
-    unsafe { &*core::ptr::addr_of!(instrfn_enabled) }
-}
-
-/// This thread's [`Tls`](crate::thread::Tls) block.
-#[inline]
-pub fn tls() -> *mut crate::thread::Tls {
-    // SAFETY: instrfn_tls_get only reads the thread pointer and a link-time constant.
-    unsafe { instrfn_tls_get() }
-}
-
 /// Offset of the interrupted pc in the kernel's `struct ucontext` for arm64
 /// (arch/arm64/include/uapi/asm/ucontext.h, sigcontext.h): uc_flags (8), uc_link (8),
 /// uc_stack (stack_t: ss_sp, ss_flags + padding, ss_size: 24), uc_sigmask (8), a reserved area
 /// that pads the sigset to 1024 bits (120), so 168 bytes, then `struct sigcontext uc_mcontext`,
 /// 16-byte aligned, at 176: fault_address (8), regs[31] (248), sp (8), then pc at 264.
 /// 176 + 264 = 440. glibc's and musl's ucontext_t (a 128-byte sigset) share this layout.
-const UC_PC_OFFSET: usize = 440;
+pub const UC_PC_OFFSET: usize = 440;
 
 const _: () = assert!(
     core::mem::offset_of!(libc::ucontext_t, uc_mcontext)
         + core::mem::offset_of!(libc::mcontext_t, pc)
         == UC_PC_OFFSET
 );
-
-/// The pc at which a signal interrupted this thread, from the handler's `ucontext` argument.
-///
-/// # Safety
-/// `uc` must be the third argument of an `SA_SIGINFO` handler.
-#[inline]
-pub unsafe fn interrupted_pc(uc: *const libc::c_void) -> usize {
-    // SAFETY: per the contract uc points to a kernel-built ucontext.
-    unsafe { *(uc.cast::<u8>().add(UC_PC_OFFSET).cast::<usize>()) }
-}

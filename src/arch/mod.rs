@@ -4,13 +4,13 @@
 //! - the exported counting entry points its compilers call (`mcount`, `_mcount`, `__fentry__`),
 //!   as naked functions that jump into the assembly in `asm/<arch>.s`;
 //! - `guarded_entry!`, which defines a naked exported function that runs a Rust function with
-//!   this thread's re-entry guard held (and, for ordinary callers, all signals blocked), so a
-//!   runtime that is itself compiled with `-Zinstrument-mcount` never counts or recurses into
-//!   itself;
-//! - `tls()`, the address of this thread's [`Tls`](crate::thread::Tls) block;
-//! - `enabled()`, the recording switch the fast paths test;
-//! - `interrupted_pc(ucontext)`, the pc a signal interrupted;
-//! - `SUPPORTED`.
+//!   this thread's re-entry guard held and all signals blocked, so a runtime that is itself
+//!   compiled with `-Zinstrument-mcount` never counts or recurses into itself;
+//! - `UC_PC_OFFSET`, where a signal handler's ucontext holds the interrupted pc.
+//!
+//! The assembly of every architecture defines the same data symbols, so `tls()` (this
+//! thread's [`Tls`](crate::thread::Tls) block), `enabled()` (the recording switch the fast
+//! paths test) and `interrupted_pc()` are shared below.
 //!
 //! `x86_64` is the fully annotated reference; the others document only how they differ.
 
@@ -37,6 +37,59 @@ pub use riscv64::*;
 mod s390x;
 #[cfg(target_arch = "s390x")]
 pub use s390x::*;
+
+/// What every architecture with trampolines shares: its `asm/<arch>.s` defines these symbols
+/// under the same names.
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64",
+    target_arch = "s390x"
+))]
+mod shared {
+    use core::sync::atomic::AtomicU8;
+
+    unsafe extern "C" {
+        fn instrfn_tls_get() -> *mut crate::thread::Tls;
+        /// Read by every fast path.
+        static instrfn_enabled: AtomicU8;
+    }
+
+    /// Whether this build has trampolines.
+    pub const SUPPORTED: bool = true;
+
+    /// The global recording switch the trampolines test.
+    #[inline]
+    pub fn enabled() -> &'static AtomicU8 {
+        // SAFETY: a static defined in the assembly, one byte, only accessed atomically.
+        unsafe { &*core::ptr::addr_of!(instrfn_enabled) }
+    }
+
+    /// This thread's [`Tls`](crate::thread::Tls) block.
+    #[inline]
+    pub fn tls() -> *mut crate::thread::Tls {
+        // SAFETY: instrfn_tls_get only reads the thread pointer and a link-time constant.
+        unsafe { instrfn_tls_get() }
+    }
+
+    /// The pc at which a signal interrupted this thread, from the handler's `ucontext`.
+    ///
+    /// # Safety
+    /// `uc` must be the third argument of an `SA_SIGINFO` handler.
+    #[inline]
+    pub unsafe fn interrupted_pc(uc: *const libc::c_void) -> usize {
+        // SAFETY: per the contract uc points to a kernel-built ucontext, whose pc lies at the
+        // architecture's offset.
+        unsafe { *(uc.cast::<u8>().add(super::UC_PC_OFFSET).cast::<usize>()) }
+    }
+}
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64",
+    target_arch = "s390x"
+))]
+pub use shared::*;
 
 #[cfg(not(any(
     target_arch = "x86_64",

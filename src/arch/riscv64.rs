@@ -12,9 +12,6 @@ use core::arch::global_asm;
 
 global_asm!(include_str!("../../asm/riscv64.s"));
 
-/// Whether this build has trampolines (false only on unsupported architectures).
-pub const SUPPORTED: bool = true;
-
 /// `mcount`: the name older rustc `-Zinstrument-mcount` emitted; same entry as `_mcount`.
 /// ABI here: a0 = from_pc, ra = self_pc, every register preserved (see asm/riscv64.s).
 #[unsafe(naked)]
@@ -53,39 +50,12 @@ macro_rules! guarded_entry {
     };
 }
 
-unsafe extern "C" {
-    fn instrfn_tls_get() -> *mut crate::thread::Tls;
-    /// Defined in asm/riscv64.s; read by every fast path.
-    static instrfn_enabled: core::sync::atomic::AtomicU8;
-}
-
-/// The global recording switch the trampolines test.
-#[inline]
-pub fn enabled() -> &'static core::sync::atomic::AtomicU8 {
-    // SAFETY: a static defined in the assembly, one byte, only accessed atomically.
-    unsafe { &*core::ptr::addr_of!(instrfn_enabled) }
-}
-
-/// This thread's [`Tls`](crate::thread::Tls) block.
-#[inline]
-pub fn tls() -> *mut crate::thread::Tls {
-    // SAFETY: instrfn_tls_get only reads the thread pointer and a link-time constant.
-    unsafe { instrfn_tls_get() }
-}
-
-/// The pc at which a signal interrupted this thread, from the handler's `ucontext` argument.
-///
-/// # Safety
-/// `uc` must be the third argument of an `SA_SIGINFO` handler.
-#[inline]
-pub unsafe fn interrupted_pc(uc: *const libc::c_void) -> usize {
-    // Kernel layout (arch/riscv/include/uapi/asm/ucontext.h, sigcontext.h, ptrace.h):
-    // uc_flags (8), uc_link (8), uc_stack (24: ss_sp, ss_flags + padding, ss_size), then
-    // uc_sigmask (8) and __unused[1024 / 8 - 8] = 128 bytes in all, ending at 168; then
-    // struct sigcontext, 16-byte aligned because its FP union holds the 16-byte aligned
-    // __riscv_q_ext_state, so it starts at 176; its first member, user_regs_struct, starts with
-    // pc. glibc's ucontext_t (128-byte sigset_t, no reserved bytes left, mcontext_t 16-aligned)
-    // and musl's share this prefix, and so does qemu-user's frame.
-    // SAFETY: per the contract uc points to a kernel-built ucontext.
-    unsafe { *(uc.cast::<u8>().add(176).cast::<usize>()) }
-}
+/// Offset of the interrupted pc in the ucontext a signal handler gets.
+/// Kernel layout (arch/riscv/include/uapi/asm/ucontext.h, sigcontext.h, ptrace.h):
+/// uc_flags (8), uc_link (8), uc_stack (24: ss_sp, ss_flags + padding, ss_size), then
+/// uc_sigmask (8) and __unused[1024 / 8 - 8] = 128 bytes in all, ending at 168; then
+/// struct sigcontext, 16-byte aligned because its FP union holds the 16-byte aligned
+/// __riscv_q_ext_state, so it starts at 176; its first member, user_regs_struct, starts with
+/// pc. glibc's ucontext_t (128-byte sigset_t, no reserved bytes left, mcontext_t 16-aligned)
+/// and musl's share this prefix, and so does qemu-user's frame.
+pub const UC_PC_OFFSET: usize = 176;

@@ -6,9 +6,6 @@ use core::arch::global_asm;
 
 global_asm!(include_str!("../../asm/x86_64.s"), options(att_syntax));
 
-/// Whether this build has trampolines (false only on unsupported architectures).
-pub const SUPPORTED: bool = true;
-
 /// `mcount`: called by `gcc -pg` and rustc `-Zinstrument-mcount` code after the prologue.
 /// ABI here: every register preserved (see `FAST_PATH` in asm/x86_64.s).
 #[unsafe(naked)]
@@ -68,35 +65,8 @@ macro_rules! guarded_entry {
     };
 }
 
-unsafe extern "C" {
-    fn instrfn_tls_get() -> *mut crate::thread::Tls;
-    /// Defined in asm/x86_64.s; read by every fast path.
-    static instrfn_enabled: core::sync::atomic::AtomicU8;
-}
-
-/// The global recording switch the trampolines test.
-#[inline]
-pub fn enabled() -> &'static core::sync::atomic::AtomicU8 {
-    // SAFETY: a static defined in the assembly, one byte, only accessed atomically.
-    unsafe { &*core::ptr::addr_of!(instrfn_enabled) }
-}
-
-/// This thread's [`Tls`](crate::thread::Tls) block.
-#[inline]
-pub fn tls() -> *mut crate::thread::Tls {
-    // SAFETY: instrfn_tls_get only reads the thread pointer and a link-time constant.
-    unsafe { instrfn_tls_get() }
-}
-
-/// The pc at which a signal interrupted this thread, from the handler's `ucontext` argument.
-///
-/// # Safety
-/// `uc` must be the third argument of an `SA_SIGINFO` handler.
-#[inline]
-pub unsafe fn interrupted_pc(uc: *const libc::c_void) -> usize {
-    // Kernel layout (arch/x86/include/uapi/asm/ucontext.h, sigcontext.h): uc_flags, uc_link,
-    // uc_stack (24 bytes), then struct sigcontext, whose 17th word is rip: 40 + 16 * 8 = 168.
-    // glibc's and musl's ucontext_t share this prefix.
-    // SAFETY: per the contract uc points to a kernel-built ucontext.
-    unsafe { *(uc.cast::<u8>().add(168).cast::<usize>()) }
-}
+/// Offset of the interrupted pc in the ucontext a signal handler gets.
+/// Kernel layout (arch/x86/include/uapi/asm/ucontext.h, sigcontext.h): uc_flags, uc_link,
+/// uc_stack (24 bytes), then struct sigcontext, whose 17th word is rip: 40 + 16 * 8 = 168.
+/// glibc's and musl's ucontext_t share this prefix.
+pub const UC_PC_OFFSET: usize = 168;
