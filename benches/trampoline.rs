@@ -126,7 +126,7 @@ fn glibc_mcount_setup() {
         let monstartup = libc::dlsym(libc_so, c"__monstartup".as_ptr());
         assert!(!mcount.is_null() && !monstartup.is_null());
         let monstartup: extern "C" fn(usize, usize) = std::mem::transmute(monstartup);
-        let here = bench_glibc as usize;
+        let here = bench_glibc as *const () as usize;
         monstartup(here & !0xfff_ffff, (here | 0xfff_ffff) + 1);
         bench_glibc_mcount = mcount as usize;
     }

@@ -457,6 +457,82 @@ fn report(rt: &Runtime, path: &CStr, s: &Summary) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use core::sync::atomic::AtomicU32;
+
+    #[inline(never)]
+    #[unsafe(no_mangle)]
+    extern "C" fn instrfn_test_caller() -> u32 {
+        std::hint::black_box(11)
+    }
+
+    #[inline(never)]
+    #[unsafe(no_mangle)]
+    extern "C" fn instrfn_test_callee() -> u32 {
+        std::hint::black_box(22)
+    }
+
+    /// Counts past the record widths (u32 arcs, u16 bins) reach gprof whole: written as several
+    /// records, summed by the real gprof reading this test binary's own symbols.
+    #[test]
+    fn large_counts_survive_gprof() {
+        let exe = Executable::find();
+        let (caller, callee) = (
+            instrfn_test_caller as *const () as usize,
+            instrfn_test_callee as *const () as usize,
+        );
+        assert!(exe.contains(caller) && exe.contains(callee));
+        let path = std::env::temp_dir().join(format!("instrfn-large-{}.gmon", std::process::id()));
+        let file = std::fs::File::create(&path).unwrap();
+        let mut out = Out {
+            fd: std::os::fd::IntoRawFd::into_raw_fd(file),
+            buf: Scratch::new(4096).unwrap(),
+            error: 0,
+        };
+        out.bytes(GMON_MAGIC);
+        out.u32(GMON_VERSION);
+        out.bytes(&[0; 12]);
+        // 200000 samples at 1000 Hz in the callee's first bin: 200 s, four same-range records.
+        let bins: Vec<AtomicU32> = (0..16)
+            .map(|i| AtomicU32::new(if i == 0 { 200_000 } else { 0 }))
+            .collect();
+        write_histogram(&mut out, &exe, callee & !3, &bins, 1000);
+        let calls = 5_000_000_000u64;
+        write_arc(
+            &mut out,
+            &exe,
+            &Arc {
+                from: caller + 1,
+                to: callee + 1,
+                count: calls,
+            },
+        );
+        out.flush();
+        assert_eq!(out.error, 0);
+        // SAFETY: the fd is ours.
+        unsafe { libc::close(out.fd) };
+
+        let me = std::env::current_exe().unwrap();
+        let gprof = std::process::Command::new("gprof")
+            .args(["-b", "-p"])
+            .arg(&me)
+            .arg(&path)
+            .output();
+        let _ = std::fs::remove_file(&path);
+        let gprof = gprof.expect("gprof is required (scripts/test.sh installs binutils)");
+        let text = String::from_utf8_lossy(&gprof.stdout);
+        assert!(
+            gprof.status.success(),
+            "{}",
+            String::from_utf8_lossy(&gprof.stderr)
+        );
+        let line = text
+            .lines()
+            .find(|l| l.ends_with(" instrfn_test_callee"))
+            .unwrap_or_else(|| panic!("{text}"));
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cols[2], "200.00", "self seconds: {line}");
+        assert_eq!(cols[3], calls.to_string(), "calls: {line}");
+    }
 
     #[test]
     fn merges_sorted_duplicates() {

@@ -5,11 +5,12 @@
 //!
 //! No Rust std: the artifacts contain the runtime, `core` and nothing that allocates or unwinds,
 //! so a C program (musl included) links them with no extra libraries.
-#![no_std]
+#![cfg_attr(not(test), no_std)]
 
 pub use runtime::*;
 
 /// The runtime does not panic on purpose; should it ever, the process aborts.
+#[cfg(not(test))]
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
     // SAFETY: abort has no preconditions.
@@ -19,5 +20,6 @@ fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
 /// The precompiled `core` refers to the unwinding personality routine from its unwind tables
 /// even when nothing unwinds (everything here is built with panic=abort). A static C link
 /// would then fail on the missing symbol; this definition is never called.
+#[cfg(not(test))]
 #[unsafe(no_mangle)]
 pub extern "C" fn rust_eh_personality() {}
