@@ -120,10 +120,10 @@ impl Out {
     }
 
     fn flush(&mut self) {
-        if self.error == 0 {
-            if let Err(e) = sys::write_all(self.fd, self.buf.as_mut_slice()) {
-                self.error = e;
-            }
+        if self.error == 0
+            && let Err(e) = sys::write_all(self.fd, self.buf.as_mut_slice())
+        {
+            self.error = e;
         }
         self.buf.truncate(0);
     }
@@ -438,8 +438,8 @@ fn report(rt: &Runtime, path: &CStr, s: &Summary) {
         let (blocks, threads) = thread::block_stats();
         message!(
             "wrote {}: {} arcs, {} calls, {} samples ({} outside the executable); {} arcs ({} calls) \
-             from or into code outside the executable; {} thread blocks for {} threads; {} calls \
-             lost",
+             from or into code outside the executable; {} thread blocks for {} threads; {} slow \
+             paths; {} calls lost",
             Bytes(path.to_bytes()),
             s.arcs,
             s.calls,
@@ -449,6 +449,7 @@ fn report(rt: &Runtime, path: &CStr, s: &Summary) {
             s.foreign_calls,
             blocks,
             threads,
+            crate::runtime::slow_paths(),
             s.lost
         );
     }

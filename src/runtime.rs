@@ -34,6 +34,9 @@ impl Runtime {
 static RUNTIME: spin::Once<Runtime> = spin::Once::new();
 /// The pthread key whose destructor gives a thread's block back.
 static THREAD_KEY: AtomicU32 = AtomicU32::new(0);
+/// Slow-path entries (new arcs, new threads, start-up): far fewer than calls, unless the
+/// trampolines' hash disagreed with `arcs::hash` (the verbose summary shows it).
+static SLOW_PATHS: AtomicU64 = AtomicU64::new(0);
 /// Calls lost because a new thread could not get a block (no memory).
 static LOST_WITHOUT_BLOCK: AtomicU64 = AtomicU64::new(0);
 /// Set once an exit hook has written gmon.out; later exit writes are quiet.
@@ -59,6 +62,10 @@ pub fn loss_markers() -> (usize, usize) {
         instrfn_runtime as *const () as usize,
         instrfn_calls_lost as *const () as usize,
     )
+}
+
+pub fn slow_paths() -> u64 {
+    SLOW_PATHS.load(Ordering::Relaxed)
 }
 
 pub fn lost_without_block() -> u64 {
@@ -149,6 +156,7 @@ fn install_dump_signal(sig: c_int) {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn instrfn_slow_path(tls: *mut Tls, from_pc: usize, self_pc: usize) {
     let saved_errno = sys::errno();
+    SLOW_PATHS.fetch_add(1, Ordering::Relaxed);
     // SAFETY: per the contract tls is this thread's block, used by this thread only.
     record(unsafe { &mut *tls }, from_pc, self_pc);
     // SAFETY: restores this thread's errno.
@@ -178,8 +186,8 @@ fn record(tls: &mut Tls, from_pc: usize, self_pc: usize) {
     }
     // SAFETY: tls.block is this thread's live block.
     let block = unsafe { &*tls.block };
-    // SAFETY: tls.table is the current table of that block.
     match arcs::insert(
+        // SAFETY: tls.table is the current table of that block.
         unsafe { &*tls.table },
         from_pc,
         self_pc,

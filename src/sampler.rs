@@ -22,6 +22,7 @@ struct Bins {
     bins: AtomicPtr<AtomicU32>,
 }
 
+#[allow(clippy::declare_interior_mutable_const)] // only used to initialise SEGMENTS
 const NO_BINS: Bins = Bins {
     start: AtomicU64::new(0),
     len: AtomicU64::new(0),

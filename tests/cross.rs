@@ -90,9 +90,13 @@ fn threads_exact(arch: Arch) {
             let name = format!("{}-threads{}-{link:?}", arch.name, cflags.join(""));
             let dir = workdir(&name);
             let exe = build(arch, &dir, "threads.c", cflags, link);
-            run_in(arch, &exe, &["2", "40000"], &env(arch, link), &dir);
+            let mut env = env(arch, link);
+            env.push(("INSTRFN_VERBOSE", "1".to_string()));
+            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let out = run_exe(arch, &exe, &["2", "40000"], &env, &dir);
             let flat = gprof_flat(arch, &exe, &dir.join("gmon.out"));
             assert_calls(&flat, &[("work_a", 80_000), ("work_b", 80_000)], &name);
+            assert_fast_path_used(&String::from_utf8_lossy(&out.stderr), 160_000, &name);
         }
     }
 }

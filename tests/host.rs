@@ -69,7 +69,7 @@ fn reported(out: &str, key: &str) -> f64 {
     out.lines()
         .find_map(|l| {
             l.strip_prefix(key)
-                .and_then(|v| v.trim().split_whitespace().next()?.parse().ok())
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
         })
         .unwrap_or_else(|| panic!("fixture did not report {key}:\n{out}"))
 }
@@ -88,14 +88,12 @@ fn threads_exact_counts_every_link_and_entry() {
             let exe = build_c(&dir, "threads.c", entry, link);
             for t in [1u64, 2, 8] {
                 let _ = std::fs::remove_file(dir.join("gmon.out"));
-                let env = env_for(link, &preload, &[]);
-                run_exe(X86_64, &exe, &[&t.to_string(), &N.to_string()], &env, &dir);
+                let env = env_for(link, &preload, &[("INSTRFN_VERBOSE", "1")]);
+                let out = run_exe(X86_64, &exe, &[&t.to_string(), &N.to_string()], &env, &dir);
                 let flat = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
-                assert_calls(
-                    &flat,
-                    &[("work_a", t * N), ("work_b", t * N)],
-                    &format!("{name} T={t}"),
-                );
+                let context = format!("{name} T={t}");
+                assert_calls(&flat, &[("work_a", t * N), ("work_b", t * N)], &context);
+                assert_fast_path_used(&stderr_of(&out), 2 * t * N, &context);
             }
         }
     }

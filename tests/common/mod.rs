@@ -126,17 +126,53 @@ pub fn runtime_lib(arch: Arch, kind: Lib) -> PathBuf {
             .join("release")
             .join(file)
     };
+    let build = if arch.triple == X86_64.triple {
+        "cargo build --release".to_string()
+    } else {
+        format!("cargo build --release --target {}", arch.triple)
+    };
     assert!(
         path.is_file(),
-        "{} is missing: run `cargo build --release{}` first (scripts/test.sh does)",
-        path.display(),
-        if arch.triple == X86_64.triple {
-            String::new()
-        } else {
-            format!(" --target {}", arch.triple)
-        }
+        "{} is missing: run `{build}` first (scripts/test.sh does)",
+        path.display()
     );
+    // `cargo test` does not rebuild these artifacts: never test a stale one.
+    let built = std::fs::metadata(&path).unwrap().modified().unwrap();
+    if let Some((_, newer)) = newest_source().filter(|(t, _)| *t > built) {
+        panic!(
+            "{} is older than {}: run `{build}` first (scripts/test.sh does)",
+            path.display(),
+            newer.display()
+        );
+    }
     path
+}
+
+/// The most recently modified source file of the runtime.
+fn newest_source() -> Option<(std::time::SystemTime, PathBuf)> {
+    let mut newest: Option<(std::time::SystemTime, PathBuf)> = None;
+    let mut todo = vec![
+        root().join("src"),
+        root().join("asm"),
+        root().join("preload/src"),
+    ];
+    todo.extend([root().join("Cargo.toml"), root().join("build.rs")]);
+    while let Some(p) = todo.pop() {
+        let meta = std::fs::metadata(&p).ok()?;
+        if meta.is_dir() {
+            todo.extend(
+                std::fs::read_dir(&p)
+                    .ok()?
+                    .filter_map(|e| Some(e.ok()?.path())),
+            );
+            continue;
+        }
+        let modified = meta.modified().ok()?;
+        if newest.as_ref().is_none_or(|(t, _)| modified > *t) {
+            newest = Some((modified, p));
+        }
+    }
+    newest
 }
 
 /// Runs a command to completion; panics with its output unless it succeeds.
@@ -285,6 +321,38 @@ pub fn parse_flat(text: &str) -> Flat {
         seconds_per_sample,
         text: text.to_string(),
     }
+}
+
+/// A number from the INSTRFN_VERBOSE summary line, as "<number> <label>" ("slow paths",
+/// "calls lost", "thread blocks for", …).
+pub fn summary_value(stderr: &str, label: &str) -> u64 {
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("instrfn: wrote "))
+        .unwrap_or_else(|| panic!("no INSTRFN_VERBOSE summary in: {stderr}"));
+    line.split(|c| c == ';' || c == ':' || c == ',')
+        .find_map(|part| {
+            part.trim()
+                .strip_suffix(label)?
+                .trim()
+                .split_whitespace()
+                .last()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no \"{label}\" in: {line}"))
+}
+
+/// Asserts that the trampolines' fast path found the arcs the slow path inserted: slow paths
+/// (one per new arc or thread) are few while calls are many. Catches a hash in an
+/// `asm/<arch>.s` that disagrees with `arcs::hash`, which would leave the counts right but
+/// send every call down the slow path.
+pub fn assert_fast_path_used(stderr: &str, calls: u64, context: &str) {
+    let slow = summary_value(stderr, "slow paths");
+    assert!(
+        slow > 0 && slow < 200 && slow * 100 < calls,
+        "{context}: {slow} slow paths for {calls} calls"
+    );
 }
 
 /// `gprof -b -q` call graph text.
