@@ -8,10 +8,11 @@
 #
 # Plan of every counting call
 #   fast path  (this file, no stack frame): the guard is clear and the arc (from_pc, self_pc) is
-#              already in this thread's table: add one to its count and return. Touches only the
-#              red zone, this thread's TLS and this thread's table.
-#   slow path  (instrfn_x86_64_slow): the thread has no table yet, the arc is new, or the
-#              runtime is not initialised. Saves every register the instrumented code may still
+#              already in this thread's table: add one to its count and return. A new arc is
+#              inserted here too while the table is less than half full. Touches only the red
+#              zone, this thread's TLS and this thread's table.
+#   slow path  (instrfn_x86_64_slow): the thread has no table yet, the table must grow, or
+#              the runtime is not initialised. Saves every register the instrumented code may still
 #              use (GPRs and the whole XSAVE state, so AVX upper halves survive vzeroupper in
 #              libc), blocks all signals, sets the guard and calls the Rust
 #              `instrfn_slow_path(tls, from_pc, self_pc)`.
@@ -23,6 +24,8 @@
 #     16  block   the ThreadBlock that owns `table`
 #   ArcTable:
 #      0  mask    (capacity - 1) * 32: a byte-offset mask over the slot array
+#     16  len     occupied slots
+#     32  limit   capacity / 2: the fast path inserts only while len < limit
 #     64  slots   capacity slots of 32 bytes: self_pc, from_pc, count, unused
 #   slot byte offset = ((((from_pc rotl 32) ^ self_pc) * 0x5bd1e995) >> 27) & mask, then linear
 #   probing in steps of 32 bytes; a slot whose self_pc is 0 is empty.
@@ -72,8 +75,9 @@ instrfn_x86_64_all_signals:
 # FAST_PATH name, from
 #   Entry: (%rsp) = self_pc, the return address into the instrumented function; \from is the
 #   operand holding from_pc, the instrumented function's own return address.
-#   Registers: every register is preserved. rax, rcx, rdx, rsi are used as scratch and saved in
-#   the red zone at -8, -16, -24, -32(%rsp); flags are clobbered (a call may clobber them).
+#   Registers: every register is preserved. rax, rcx, rdx, rsi (and rdi when inserting) are
+#   used as scratch and saved in the red zone at -8 .. -40(%rsp); flags are clobbered (a call
+#   may clobber them).
 #   The stack is never adjusted, so the CFA is %rsp+8 throughout and no CFI rows are needed
 #   beyond the default.
     .macro FAST_PATH name, from
@@ -118,10 +122,34 @@ instrfn_x86_64_\name:
     ret
 .Lmiss_\name:
     cmpq $0, 64(%rax,%rsi)                  # empty slot: the arc is not in the table
-    je .Lslow_\name
+    je .Linsert_\name
 .Lnext_\name:
     addq $32, %rsi
     jmp .Lprobe_\name
+.Linsert_\name:
+    # A new arc, inserted here unless the table is half full (then the slow path grows it).
+    # The slot is claimed with one cmpxchg of its self_pc (a signal handler on this thread
+    # may have claimed it meanwhile: then probe it again), then from_pc and the count are
+    # stored, in that order, so a reader on another thread that sees a count sees from_pc.
+    movq %rdi, -40(%rsp)
+    movq %rax, %rdi                         # rdi = table
+    movq 16(%rdi), %rax
+    cmpq 32(%rdi), %rax                     # len < limit?
+    jae .Lfull_\name
+    xorl %eax, %eax
+    cmpxchgq %rcx, 64(%rdi,%rsi)            # claim: self_pc into a slot still 0
+    jne .Lraced_\name
+    movq %rdx, 72(%rdi,%rsi)                # from_pc
+    incq 80(%rdi,%rsi)                      # count: 0 -> 1
+    incq 16(%rdi)                           # len
+    movq -40(%rsp), %rdi
+    jmp .Lout_\name
+.Lraced_\name:
+    movq %rdi, %rax
+    movq -40(%rsp), %rdi
+    jmp .Lprobe_\name
+.Lfull_\name:
+    movq -40(%rsp), %rdi
 .Lslow_\name:
     movq -8(%rsp), %rax                     # hand over: rcx = self_pc, rdx = from_pc, the
     movq -32(%rsp), %rsi                    # caller's rcx/rdx stay in the red zone

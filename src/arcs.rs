@@ -12,8 +12,13 @@
 //!   a fast path. Counting is a single read-modify-write instruction on a slot that never
 //!   moves, and growth never frees or clears the old table: counts that land in a table after
 //!   it was replaced are still summed by readers. So no count is ever lost or torn.
-//! - Other threads (the writer) read with atomic loads. A slot is published by storing its
-//!   `self_pc` last with `Release`; a reader that sees it with `Acquire` sees its `from_pc`.
+//! - Other threads (the writer) read with atomic loads. A slot inserted here publishes its
+//!   `self_pc` last (Release); one inserted by the x86_64 trampolines claims `self_pc` first
+//!   and stores `from_pc` before the count. So readers load `self_pc`, then the count
+//!   (Acquire), then `from_pc`, and skip slots whose count is 0: a slot they use is complete.
+//!   A signal handler nested in a trampoline's insert may see a claimed slot whose `from_pc`
+//!   is not written yet; it takes it for another arc and inserts its own elsewhere, which at
+//!   worst leaves one arc in two slots, summed by readers.
 
 use core::mem::size_of;
 use core::ptr;
@@ -49,12 +54,16 @@ pub struct ArcTable {
     mask: usize,
     /// Number of slots, a power of two. Immutable.
     capacity: usize,
-    /// Occupied slots; in range `0 ..= capacity / 2`. Written by the owner only.
+    /// Occupied slots; in range `0 ..= capacity / 2 + (signal handlers nested in an insert)`.
+    /// Written by the owner only (trampoline inserts add one with a single instruction).
     len: AtomicUsize,
     /// The table this one replaced, which keeps the counts it collected; null for the first.
     /// Immutable.
     prev: *mut ArcTable,
-    _pad: [usize; 4],
+    /// `capacity / 2`: the trampolines insert new arcs themselves while `len` is below it,
+    /// and leave growth to the slow path. Immutable.
+    limit: usize,
+    _pad: [usize; 3],
 }
 
 const _: () = assert!(size_of::<ArcTable>() == SLOTS_OFFSET);
@@ -95,7 +104,8 @@ impl ArcTable {
                 capacity,
                 len: AtomicUsize::new(0),
                 prev,
-                _pad: [0; 4],
+                limit: capacity / 2,
+                _pad: [0; 3],
             });
         }
         Some(table)
@@ -235,7 +245,7 @@ pub fn for_each_arc(head: &AtomicPtr<ArcTable>, mut f: impl FnMut(usize, usize, 
             if s == 0 {
                 continue;
             }
-            let count = slot.count.load(Ordering::Relaxed);
+            let count = slot.count.load(Ordering::Acquire);
             if count != 0 {
                 f(slot.from_pc.load(Ordering::Relaxed), s, count);
             }
