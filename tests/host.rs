@@ -408,6 +408,27 @@ fn c_api_writes_stops_and_starts() {
         &[("work_a", 3000), ("work_b", 3000)],
         "stopped calls are not counted",
     );
+
+    // INSTRFN_START=off: nothing is recorded until instrfn_start().
+    run_exe(
+        X86_64,
+        &exe,
+        &["api", "3000"],
+        &[("INSTRFN_START", "off")],
+        &dir,
+    );
+    let mid = gprof_flat(X86_64, &exe, &dir.join("gmon.api"));
+    assert_calls(
+        &mid,
+        &[("work_a", 0), ("work_b", 0)],
+        "INSTRFN_START=off, before start",
+    );
+    let end = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
+    assert_calls(
+        &end,
+        &[("work_a", 0), ("work_b", 3000)],
+        "INSTRFN_START=off, after start",
+    );
 }
 
 #[test]
@@ -656,45 +677,44 @@ fn program_with_its_own_sigprof_is_not_broken() {
     };
 
     // Early: the program's sampler exists before instrfn starts: instrfn takes no samples and
-    // says so; the program's handler gets its signals; the arcs are all there.
-    let early = link("early", &["-DEARLY"]);
-    let out = run_exe(X86_64, &early, &["own-sigprof", "0.5"], &[], &dir);
-    let text = stdout_of(&out);
-    assert!(
-        reported(&text, "own") >= 10.0,
-        "the program's handler starved: {text}"
-    );
-    assert_eq!(
-        stderr_of(&out).trim(),
-        "instrfn: the program has its own SIGPROF handler; gmon.out will have no pc histogram"
-    );
-    let flat = gprof_flat(X86_64, &early, &dir.join("gmon.out"));
-    assert_calls(
-        &flat,
-        &[("work_a", reported(&text, "work_a") as u64)],
-        "early own sampler",
-    );
-    assert_eq!(flat.total_seconds(), 0.0, "{}", flat.text);
-
-    // Late: the program installs its sampler after instrfn started: its handler takes over
+    // says so. Late: the program installs it after instrfn started: its handler takes over
     // (instrfn does not fight it), instrfn's histogram stops there, and the writer says so.
-    let late = link("late", &[]);
-    let out = run_exe(X86_64, &late, &["own-sigprof", "0.5"], &[], &dir);
-    let text = stdout_of(&out);
-    assert!(
-        reported(&text, "own") >= 10.0,
-        "the program's handler starved: {text}"
-    );
-    assert_eq!(
-        stderr_of(&out).trim(),
-        "instrfn: the program replaced instrfn's SIGPROF handler; the pc histogram stops where it did"
-    );
-    let flat = gprof_flat(X86_64, &late, &dir.join("gmon.out"));
-    assert_calls(
-        &flat,
-        &[("work_a", reported(&text, "work_a") as u64)],
-        "late own sampler",
-    );
+    // Either way the program's handler gets its signals and every arc is there.
+    let cases = [
+        (
+            "early",
+            &["-DEARLY"][..],
+            "the program has its own SIGPROF handler; gmon.out will have no pc histogram",
+        ),
+        (
+            "late",
+            &[][..],
+            "the program replaced instrfn's SIGPROF handler; the pc histogram stops where it did",
+        ),
+    ];
+    for (variant, defines, message) in cases {
+        let exe = link(variant, defines);
+        let out = run_exe(X86_64, &exe, &["own-sigprof", "0.5"], &[], &dir);
+        let text = stdout_of(&out);
+        assert!(
+            reported(&text, "own") >= 10.0,
+            "{variant}: the program's handler starved: {text}"
+        );
+        assert_eq!(
+            stderr_of(&out).trim(),
+            format!("instrfn: {message}"),
+            "{variant}"
+        );
+        let flat = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
+        assert_calls(
+            &flat,
+            &[("work_a", reported(&text, "work_a") as u64)],
+            variant,
+        );
+        if variant == "early" {
+            assert_eq!(flat.total_seconds(), 0.0, "{}", flat.text);
+        }
+    }
 }
 
 #[test]
