@@ -26,7 +26,16 @@
 //   (:gottprel:, initial-exec), which the linker relaxes to an immediate in executables.
 // - The count is bumped with an ldxr/stxr loop: a signal handler that counts on this thread
 //   between the two clears the exclusive monitor (its own stxr, and every exception return,
-//   on ARMv8), so our stxr fails and the loop reloads. Single-thread use only: no barriers.
+//   on ARMv8), so our stxr fails and the loop reloads. The hit path needs no barrier.
+// - Insert (a new arc while len < limit): the slot is claimed with an ldxr/stxr loop on its
+//   self_pc that gives up (clrex, then probes that slot again) as soon as it loads a nonzero
+//   value, i.e. a signal handler on this thread claimed it between our probe and our stxr.
+//   x86 orders stores by itself; here the first count update is a store-release (stlxr), so
+//   the from_pc (and self_pc) stores before it reach other CPUs no later than the count. A
+//   later plain stxr on the count is coherence-after that release, which keeps the order too
+//   (the architecture orders po;[L];coi, like C++'s release sequence), so the gmon writer's
+//   Acquire load of any nonzero count sees from_pc. The release costs nothing on the hit path
+//   and no dmb anywhere. len is bumped with one more ldxr/stxr loop.
 // - No XSAVE detection: the FP/SIMD file is fixed (32 x 128 bits, FPCR, FPSR).
 // - System calls: `svc #0` with the number in x8 (rt_sigprocmask = 135); only x0 changes.
 
@@ -61,9 +70,17 @@ instrfn_enabled:
 // instrfn_aarch64_mcount: the fast path of _mcount and mcount.
 //   Entry: x0 = from_pc, x30 = self_pc; sp 16-byte aligned (an ordinary call).
 //   Registers: x0, x16, x17 and NZCV clobbered, all others preserved; x1/x2 are used as
-//   scratch, saved in a 16-byte push whose CFI rows are below.
+//   scratch, saved in a 16-byte push whose CFI rows are below. The insert path needs no more
+//   (x16 = table, x2 = slot address, x1/x17 = loaded value/status), so every path keeps the
+//   same one push and the same CFA (sp + 16 between the stp and the ldp). The CFA offsets
+//   are absolute (.cfi_def_cfa_offset), not .cfi_adjust_cfa_offset: LLVM's assembler adds
+//   adjustments to a running offset that .cfi_restore_state does not reset, so the second
+//   `-16` after the remembered state came out as CFA = sp - 16.
 //   Hit path: 32 instructions here plus the `b` of the exported stub (one stp, one ldp, the
 //   Tls/enabled/mask/slot loads, and one ldxr/stxr pair).
+//   Insert path (first probe empty, no interruption): 49 here plus the `b`: the 25 up to the
+//   miss, then cbz, 4 for len < limit, 21 to claim, store from_pc, count and bump len, and the
+//   same ldp/ret (three ldxr/stxr pairs, the middle one a stlxr).
     .p2align 4
     .globl instrfn_aarch64_mcount
     .hidden instrfn_aarch64_mcount
@@ -82,7 +99,7 @@ instrfn_aarch64_mcount:
     ldr     x16, [x16]                      // this thread's ArcTable
     cbz     x16, instrfn_aarch64_slow
     stp     x1, x2, [sp, #-16]!
-    .cfi_adjust_cfa_offset 16
+    .cfi_def_cfa_offset 16
     .cfi_rel_offset x1, 0
     .cfi_rel_offset x2, 8
     ror     x17, x0, #32                    // slot offset = hash(from_pc, self_pc) & mask
@@ -105,22 +122,55 @@ instrfn_aarch64_mcount:
     add     x1, x1, #1
     stxr    w17, x1, [x2]
     cbnz    w17, .Lcount                    // a signal handler counted in between: again
+.Lret:
     .cfi_remember_state
     ldp     x1, x2, [sp], #16
-    .cfi_adjust_cfa_offset -16
+    .cfi_def_cfa_offset 0
     .cfi_restore x1
     .cfi_restore x2
 .Lout:
     ret
     .cfi_restore_state
 .Lmiss:
-    cbz     x1, .Lempty                     // empty slot: the arc is not in the table
+    cbz     x1, .Linsert                    // empty slot: the arc is not in the table
     sub     x17, x2, x16                    // next slot
     add     x17, x17, #32
     b       .Lprobe
-.Lempty:
+.Linsert:
+    // A new arc, inserted here unless the table is half full (then the slow path grows it).
+    // x2 = table + slot offset; x1 and x17 are free.
+    ldr     x1, [x16, #16]                  // len
+    ldr     x17, [x16, #32]                 // limit
+    cmp     x1, x17
+    b.hs    .Lfull
+    add     x2, x2, #64                     // &slot.self_pc
+.Lclaim:
+    ldxr    x1, [x2]
+    cbnz    x1, .Lraced                     // a signal handler claimed the slot meanwhile
+    stxr    w17, x30, [x2]                  // claim: self_pc into a slot still 0
+    cbnz    w17, .Lclaim                    // interrupted between ldxr and stxr: again
+    str     x0, [x2, #8]                    // slot.from_pc
+    add     x2, x2, #16                     // &slot.count
+.Lfirst:
+    ldxr    x1, [x2]                        // 0, or more if a handler counted our arc meanwhile
+    add     x1, x1, #1
+    stlxr   w17, x1, [x2]                   // release: self_pc and from_pc before the count
+    cbnz    w17, .Lfirst
+    add     x2, x16, #16                    // &table.len
+.Llen:
+    ldxr    x1, [x2]
+    add     x1, x1, #1
+    stxr    w17, x1, [x2]
+    cbnz    w17, .Llen
+    b       .Lret
+.Lraced:
+    clrex                                   // left between ldxr and stxr
+    sub     x17, x2, x16                    // probe this very slot again (x17 = offset)
+    sub     x17, x17, #64
+    b       .Lprobe
+.Lfull:
     ldp     x1, x2, [sp], #16
-    .cfi_adjust_cfa_offset -16
+    .cfi_def_cfa_offset 0
     .cfi_restore x1
     .cfi_restore x2
     b       instrfn_aarch64_slow

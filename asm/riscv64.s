@@ -16,6 +16,14 @@
 #   sp down 32 bytes before it saves its scratch registers, and describes that in its CFI.
 # - The count is added with `amoadd.d` (A extension, part of RV64GC): one instruction, so a
 #   signal handler counting the same arc on this thread never tears it.
+# - Inserting a new arc (x86_64's cmpxchg claim): the slot is claimed with an lr.d/sc.d loop
+#   that stores self_pc only while slot.self_pc is still 0, and gives up (probes that slot
+#   again) when lr.d finds it taken. A signal handler that runs between lr.d and sc.d makes
+#   sc.d fail (the kernel clears the reservation on every trap return) and the loop reloads;
+#   amoswap would overwrite the handler's claim. RVWMO is weakly ordered: the first count is
+#   added with `amoadd.d.rl`, a release, so another CPU that sees count 1 (the gmon writer
+#   loads it with Acquire) also sees the claim and from_pc stored before it. table.len is
+#   counted with a plain `amoadd.d`.
 # - RV64GC has no rotate instruction (Zbb is not assumed): rotl 32 is slli/srli/or.
 # - Thread pointer tp; initial-exec TLS with `la.tls.ie`: a GOT slot holding the offset of
 #   instrfn_tls from tp (R_RISCV_TLS_TPREL64 in the .so, which gets DF_STATIC_TLS; filled by
@@ -60,12 +68,13 @@ instrfn_riscv64_all_signals:
 
     .text
 
-# instrfn_riscv64_mcount: the fast path of mcount/_mcount.
+# instrfn_riscv64_mcount: the fast path of mcount/_mcount, new arcs included.
 #   Entry: a0 = from_pc, ra = self_pc. Every register is preserved (a0 too); t0, t1, t2 are
-#   scratch, saved at 0, 8, 16(sp) below the caller's sp (CFA = sp + 32 while they are).
+#   scratch, saved at 0, 8, 16(sp) below the caller's sp (CFA = sp + 32 while they are); the
+#   insert path also uses t3, saved at 24(sp) on that path only (and described there).
 #   Hands over to instrfn_riscv64_slow with the entry state exactly as it was.
 #   Executed on a hit in the first probed slot: 37 instructions, ret included (38 with the
-#   `j` of the exported _mcount stub).
+#   `j` of the exported _mcount stub). A new arc whose first probed slot is empty: 50 (51).
     .p2align 2
     .globl instrfn_riscv64_mcount
     .hidden instrfn_riscv64_mcount
@@ -121,11 +130,50 @@ instrfn_riscv64_mcount:
     ret
     .cfi_restore_state
 .Lmcount_miss:
-    beqz t2, .Lmcount_slow                 # empty slot: the arc is not in the table
+    beqz t2, .Lmcount_insert               # empty slot: the arc is not in the table
 .Lmcount_next:
     sub t1, t1, t0                         # back to an offset, next slot
     addi t1, t1, 32
     j .Lmcount_probe
+.Lmcount_insert:
+    # A new arc, inserted here unless the table is half full (then the slow path grows it).
+    # Claim the slot (self_pc: 0 -> self_pc), store from_pc, then add the count (release) and
+    # the table's len. t0 = table, t1 = slot address - 64.
+    sd t3, 24(sp)
+    .cfi_offset t3, -8                     # CFA-relative: LLVM's .cfi_rel_offset would use
+                                           # the CFA offset of the preceding ret (0), as
+                                           # .cfi_restore_state does not reset what it tracks
+    ld t2, 16(t0)                          # len
+    ld t3, 32(t0)                          # limit
+    bgeu t2, t3, .Lmcount_full
+    addi t1, t1, 64                        # t1 = &slot.self_pc
+.Lmcount_claim:
+    lr.d t2, (t1)
+    bnez t2, .Lmcount_raced                # claimed meanwhile by a signal handler
+    sc.d t2, ra, (t1)
+    bnez t2, .Lmcount_claim                # reservation lost (a trap came between): retry
+    sd a0, 8(t1)                           # slot.from_pc
+    li t2, 1
+    addi t3, t1, 16                        # &slot.count: 0 -> 1, after from_pc for other CPUs
+    amoadd.d.rl zero, t2, (t3)
+    addi t3, t0, 16                        # &table.len
+    amoadd.d zero, t2, (t3)
+    ld t3, 24(sp)
+    .cfi_remember_state
+    .cfi_restore t3
+    j .Lmcount_out
+    .cfi_restore_state
+.Lmcount_raced:
+    sub t1, t1, t0                         # back to the offset of that slot: probe it again
+    addi t1, t1, -64
+    ld t3, 24(sp)
+    .cfi_remember_state
+    .cfi_restore t3
+    j .Lmcount_probe
+    .cfi_restore_state
+.Lmcount_full:
+    ld t3, 24(sp)
+    .cfi_restore t3
 .Lmcount_slow:
     ld t0, 0(sp)
     .cfi_restore t0

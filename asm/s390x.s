@@ -32,6 +32,10 @@
 #   (the crate's target baseline, z10) and never execute a vector instruction on a machine or
 #   kernel without the facility.
 # - Big-endian, so gmon.out is written big-endian (native order), as s390x gprof expects.
+# - Inserting a new arc in the trampoline (asm/x86_64.s, .Linsert) needs no extra register:
+#   the claim is `csg` (compare and swap, one instruction, so a signal handler on this thread
+#   sees the slot either empty or claimed), its comparand is r4, and r4 (the slot offset) is
+#   recomputed from the slot address only when a handler claimed the slot first.
 
     .section .tbss,"awT",@nobits
     .p2align 6
@@ -76,8 +80,10 @@ instrfn_s390x_all_signals:
 #   Entry: \self = self_pc (the return address into the instrumented function), `\fromop
 #   %r3,\fromsrc` loads from_pc; \retcol is the register holding the return address (for CFI).
 #   Registers: every register but r0 and r1 is preserved (r1 = self_pc on return, r0 is not
-#   touched). r2-r5 are scratch, kept at 16-47(%r15) = CFA-144..CFA-120 in the save area;
-#   the condition code is clobbered (any call may clobber it). %r15 never moves.
+#   touched). r2-r5 are scratch, kept at 16-47(%r15) = CFA-144..CFA-120 in the save area, on
+#   every path (the insert path too: it needs no other register); the condition code is
+#   clobbered (any call may clobber it). %r15 never moves, so the CFI rows set at entry hold
+#   throughout.
     .macro FAST_PATH name, self, fromop, fromsrc, retcol
     .p2align 4
     .globl instrfn_s390x_\name
@@ -124,9 +130,30 @@ instrfn_s390x_\name:
     br %r1
 .Lmiss_\name:
     cghsi 0(%r5),0                          # empty slot: the arc is not in the table
-    je .Lslow_\name
+    je .Linsert_\name
 .Lnext_\name:
     aghi %r4,32
+    j .Lprobe_\name
+.Linsert_\name:
+    # A new arc, inserted here unless the table is half full (then the slow path grows it;
+    # r4 need not survive that way: the slow path reloads r2-r5 from the save area).
+    lg %r4,16(%r2)                          # len < limit?
+    clg %r4,32(%r2)
+    jnl .Lslow_\name
+    lghi %r4,0
+    csg %r4,%r1,0(%r5)                      # claim: self_pc into a slot still 0
+    jne .Lraced_\name
+    # z/Architecture stores become visible to other CPUs in program order (no store-store
+    # reordering), so a reader that sees the count also sees from_pc.
+    stg %r3,8(%r5)                          # from_pc
+    agsi 16(%r5),1                          # count: 0 -> 1, one instruction
+    agsi 16(%r2),1                          # len, one instruction
+    lmg %r2,%r5,16(%r15)
+    br %r1
+.Lraced_\name:
+    # A signal handler claimed the slot first: probe it again (it may hold our own arc now).
+    lay %r4,-64(%r5)                        # slot offset = slot - table - 64
+    sgr %r4,%r2
     j .Lprobe_\name
 .Lslow_\name:
     j instrfn_s390x_slow                    # r1 = self_pc, r3 = from_pc, r2-r5 in the save area

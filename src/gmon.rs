@@ -438,7 +438,7 @@ fn report(rt: &Runtime, path: &CStr, s: &Summary) {
         let (blocks, threads) = thread::block_stats();
         message!(
             "wrote {}: {} arcs, {} calls, {} samples ({} outside the executable); {} arcs ({} calls) \
-             from or into code outside the executable; {} thread blocks for {} threads; {} slow \
+             from or into code outside the executable; {} thread blocks for {} claims; {} slow \
              paths; {} calls lost",
             Bytes(path.to_bytes()),
             s.arcs,

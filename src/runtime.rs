@@ -34,7 +34,7 @@ impl Runtime {
 static RUNTIME: spin::Once<Runtime> = spin::Once::new();
 /// The pthread key whose destructor gives a thread's block back.
 static THREAD_KEY: AtomicU32 = AtomicU32::new(0);
-/// Slow-path entries (new arcs, new threads, start-up): far fewer than calls, unless the
+/// Slow-path entries (start-up, new threads, table growth): far fewer than calls, unless the
 /// trampolines' hash disagreed with `arcs::hash` (the verbose summary shows it).
 static SLOW_PATHS: AtomicU64 = AtomicU64::new(0);
 /// Calls lost because a new thread could not get a block (no memory).
@@ -147,9 +147,10 @@ fn install_dump_signal(sig: c_int) {
     }
 }
 
-/// The slow path of every trampoline: the thread has no table yet, the arc is new, or the
-/// runtime has not started. Entered from the assembly with the guard held, all signals blocked
-/// and every register of the instrumented code saved.
+/// The slow path of every trampoline: the runtime has not started, the thread has no table
+/// yet, or its table is half full and must grow (the trampolines insert other new arcs
+/// themselves). Entered from the assembly with the guard held, all signals blocked and every
+/// register of the instrumented code saved.
 ///
 /// # Safety
 /// Only the trampolines call this, with `tls` = this thread's TLS block.

@@ -58,7 +58,9 @@ pub struct ThreadBlock {
 static BLOCKS: AtomicPtr<ThreadBlock> = AtomicPtr::new(ptr::null_mut());
 /// Number of blocks in the registry.
 static BLOCK_COUNT: AtomicUsize = AtomicUsize::new(0);
-/// Threads that ever claimed a block (for the verbose summary).
+/// Blocks claimed (for the verbose summary): once per thread, and once more for a thread that
+/// counts again after its exit destructor gave its block back (a late destructor or signal
+/// handler).
 static CLAIMS: AtomicUsize = AtomicUsize::new(0);
 
 /// Gives the calling thread a block: a free one from the registry, or a new one. Lock-free.
@@ -127,7 +129,7 @@ pub fn blocks() -> impl Iterator<Item = &'static ThreadBlock> {
     })
 }
 
-/// (blocks made, threads that claimed one).
+/// (blocks made, claims).
 pub fn block_stats() -> (usize, usize) {
     (
         BLOCK_COUNT.load(Ordering::Relaxed),

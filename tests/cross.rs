@@ -125,9 +125,10 @@ fn registers(arch: Arch) {
     ]);
     let dy = cc(arch, &dy, &dir.join("regs-dynamic"));
     let ld_path = libdir.display().to_string();
+    let verbose = ("INSTRFN_VERBOSE", "1");
     for (exe, env) in [
-        (&st, vec![]),
-        (&dy, vec![("LD_LIBRARY_PATH", ld_path.as_str())]),
+        (&st, vec![verbose]),
+        (&dy, vec![verbose, ("LD_LIBRARY_PATH", ld_path.as_str())]),
     ] {
         for kind in regs_kinds(arch) {
             let out = run(&mut command(arch, exe, &[kind], &env, &dir));
@@ -139,6 +140,8 @@ fn registers(arch: Arch) {
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
             );
+            let context = format!("{} {} kind {kind}", arch.name, exe.display());
+            assert_inserts_in_trampoline(&String::from_utf8_lossy(&out.stderr), &context);
         }
     }
 }

@@ -268,14 +268,15 @@ fn registers_survive_every_path() {
     );
     for exe in [&st, &dy] {
         for kind in ["0", "1"] {
-            let out = run_exe(X86_64, exe, &[kind], &[], &dir);
+            let out = run_exe(X86_64, exe, &[kind], &[("INSTRFN_VERBOSE", "1")], &dir);
+            let context = format!("{} kind {kind}", exe.display());
             assert_eq!(
                 stdout_of(&out).trim(),
                 "ok 10012",
-                "{} kind {kind}: {}",
-                exe.display(),
+                "{context}: {}",
                 stderr_of(&out)
             );
+            assert_inserts_in_trampoline(&stderr_of(&out), &context);
         }
     }
 }
@@ -570,13 +571,7 @@ fn short_lived_threads_use_bounded_memory() {
     let err = stderr_of(&many);
     // Blocks are reused: at most one per thread alive at once (8 workers + main), whatever
     // the number of threads.
-    let blocks: u64 = err
-        .split("; ")
-        .find_map(|s| {
-            s.strip_suffix(" threads")
-                .and_then(|s| s.split(" thread blocks for ").next()?.parse().ok())
-        })
-        .unwrap_or_else(|| panic!("no block count in: {err}"));
+    let blocks = summary_value(&err, "thread blocks for");
     assert!(blocks <= 9, "{blocks} blocks for 4000 threads: {err}");
     let hwm_few = reported(&stdout_of(&few), "vmhwm");
     let hwm_many = reported(&stdout_of(&many), "vmhwm");

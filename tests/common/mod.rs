@@ -323,22 +323,17 @@ pub fn parse_flat(text: &str) -> Flat {
     }
 }
 
-/// A number from the INSTRFN_VERBOSE summary line, as "<number> <label>" ("slow paths",
+/// The number just before `label` in the INSTRFN_VERBOSE summary line ("slow paths",
 /// "calls lost", "thread blocks for", …).
 pub fn summary_value(stderr: &str, label: &str) -> u64 {
     let line = stderr
         .lines()
         .find(|l| l.starts_with("instrfn: wrote "))
         .unwrap_or_else(|| panic!("no INSTRFN_VERBOSE summary in: {stderr}"));
-    line.split(|c| c == ';' || c == ':' || c == ',')
+    line.split([';', ':', ','])
         .find_map(|part| {
-            part.trim()
-                .strip_suffix(label)?
-                .trim()
-                .split_whitespace()
-                .last()?
-                .parse()
-                .ok()
+            let before = &part[..part.find(label)?];
+            before.split_whitespace().last()?.parse().ok()
         })
         .unwrap_or_else(|| panic!("no \"{label}\" in: {line}"))
 }
@@ -353,6 +348,13 @@ pub fn assert_fast_path_used(stderr: &str, calls: u64, context: &str) {
         slow > 0 && slow < 200 && slow * 100 < calls,
         "{context}: {slow} slow paths for {calls} calls"
     );
+}
+
+/// Asserts that the register driver's 5000 new arcs were inserted by the trampoline itself:
+/// the slow path ran only for start-up, the driver's four threads and a few table growths.
+pub fn assert_inserts_in_trampoline(stderr: &str, context: &str) {
+    let slow = summary_value(stderr, "slow paths");
+    assert!(slow <= 16, "{context}: {slow} slow paths for 5000 new arcs");
 }
 
 /// `gprof -b -q` call graph text.
