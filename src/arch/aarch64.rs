@@ -7,40 +7,34 @@ use core::arch::global_asm;
 
 global_asm!(include_str!("../../asm/aarch64.s"));
 
-/// `_mcount`: called by `gcc -pg` and rustc `-Zinstrument-mcount` code after the prologue.
-/// ABI here: x0 = from_pc, x30 = self_pc; x0, x16, x17 and the flags are clobbered, every
-/// other register preserved (see `instrfn_aarch64_mcount` in asm/aarch64.s).
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn _mcount() {
-    core::arch::naked_asm!(".cfi_startproc", "b instrfn_aarch64_mcount", ".cfi_endproc",)
+/// `naked_asm!` as the assembly is written (default options).
+macro_rules! naked {
+    ($($t:tt)*) => { core::arch::naked_asm!($($t)*) };
 }
 
-/// `mcount`: the same entry, for compilers (and older rustc) that call it by this name.
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn mcount() {
-    core::arch::naked_asm!(".cfi_startproc", "b instrfn_aarch64_mcount", ".cfi_endproc",)
+entry_point! {
+    /// `_mcount`: called by `gcc -pg` and rustc `-Zinstrument-mcount` code after the prologue.
+    /// ABI here: x0 = from_pc, x30 = self_pc; x0, x16, x17 and the flags are clobbered, every
+    /// other register preserved (see `instrfn_aarch64_mcount` in asm/aarch64.s).
+    _mcount => "b instrfn_aarch64_mcount"
+}
+entry_point! {
+    /// `mcount`: the same entry, for compilers (and older rustc) that call it by this name.
+    mcount => "b instrfn_aarch64_mcount"
 }
 
-/// Defines a naked `extern "C"` function that calls `$inner` (an `extern "C"` Rust function
-/// taking at most three register arguments) through `instrfn_aarch64_guarded`: guard held,
-/// errno preserved, all signals blocked.
-macro_rules! guarded_entry {
-    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)?
-        => $inner:path) => {
-        $(#[$m])*
-        #[unsafe(naked)]
-        $vis extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
-            core::arch::naked_asm!(
-                ".cfi_startproc",
-                "adrp x9, {inner}",
-                "add x9, x9, :lo12:{inner}",
-                "b instrfn_aarch64_guarded",
-                ".cfi_endproc",
-                inner = sym $inner,
-            )
-        }
+/// The body of a `guarded_entry!`: x9 = `$inner`, then `instrfn_aarch64_guarded` (x9, not
+/// x16/x17: a linker veneer on the `b` may clobber those).
+macro_rules! guarded_jump {
+    ($inner:path) => {
+        naked!(
+            ".cfi_startproc",
+            "adrp x9, {inner}",
+            "add x9, x9, :lo12:{inner}",
+            "b instrfn_aarch64_guarded",
+            ".cfi_endproc",
+            inner = sym $inner
+        )
     };
 }
 

@@ -2,17 +2,59 @@
 //!
 //! Each architecture module provides, with the same names and meanings:
 //! - the exported counting entry points its compilers call (`mcount`, `_mcount`, `__fentry__`),
-//!   as naked functions that jump into the assembly in `asm/<arch>.s`;
-//! - `guarded_entry!`, which defines a naked exported function that runs a Rust function with
-//!   this thread's re-entry guard held and all signals blocked, so a runtime that is itself
-//!   compiled with `-Zinstrument-mcount` never counts or recurses into itself;
+//!   as `entry_point!`s: naked functions that jump into the assembly in `asm/<arch>.s`;
+//! - `naked!`, `naked_asm!` with the architecture's assembler options;
+//! - `guarded_jump!`, the body of a `guarded_entry!`: load the Rust function, jump to the
+//!   architecture's guarded routine;
 //! - `UC_PC_OFFSET`, where a signal handler's ucontext holds the interrupted pc.
+//!
+//! `guarded_entry!` defines a naked function that runs a Rust function with this thread's
+//! re-entry guard held and all signals blocked, so a runtime that is itself compiled with
+//! `-Zinstrument-mcount` never counts or recurses into itself.
 //!
 //! The assembly of every architecture defines the same data symbols, so `tls()` (this
 //! thread's [`Tls`](crate::thread::Tls) block), `enabled()` (the recording switch the fast
 //! paths test) and `interrupted_pc()` are shared below.
 //!
 //! `x86_64` is the fully annotated reference; the others document only how they differ.
+
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64",
+    target_arch = "s390x"
+))]
+/// An exported naked entry point: `.cfi` bracket around `$asm` (a jump into the assembly).
+macro_rules! entry_point {
+    ($(#[$m:meta])* $name:ident => $($asm:literal),+) => {
+        $(#[$m])*
+        #[unsafe(naked)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name() {
+            naked!(".cfi_startproc", $($asm,)+ ".cfi_endproc")
+        }
+    };
+}
+
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64",
+    target_arch = "s390x"
+))]
+/// A naked `extern "C"` function that calls `$inner` (an `extern "C"` Rust function taking at
+/// most three register arguments) through the architecture's guarded routine: guard held,
+/// errno preserved, all signals blocked.
+macro_rules! guarded_entry {
+    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)?
+        => $inner:path) => {
+        $(#[$m])*
+        #[unsafe(naked)]
+        $vis extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
+            guarded_jump!($inner)
+        }
+    };
+}
 
 #[cfg(target_arch = "x86_64")]
 #[macro_use]

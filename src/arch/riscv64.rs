@@ -12,41 +12,34 @@ use core::arch::global_asm;
 
 global_asm!(include_str!("../../asm/riscv64.s"));
 
-/// `mcount`: the name older rustc `-Zinstrument-mcount` emitted; same entry as `_mcount`.
-/// ABI here: a0 = from_pc, ra = self_pc, every register preserved (see asm/riscv64.s).
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn mcount() {
-    core::arch::naked_asm!(".cfi_startproc", "j instrfn_riscv64_mcount", ".cfi_endproc")
+/// `naked_asm!` as the assembly is written (default options).
+macro_rules! naked {
+    ($($t:tt)*) => { core::arch::naked_asm!($($t)*) };
 }
 
-/// `_mcount`: called by `gcc -pg` code (`mv a0, ra; call _mcount`); glibc's only name on
-/// riscv64. ABI here: a0 = from_pc, ra = self_pc, every register preserved.
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn _mcount() {
-    core::arch::naked_asm!(".cfi_startproc", "j instrfn_riscv64_mcount", ".cfi_endproc")
+entry_point! {
+    /// `mcount`: the name older rustc `-Zinstrument-mcount` emitted; same entry as `_mcount`.
+    /// ABI here: a0 = from_pc, ra = self_pc, every register preserved (see asm/riscv64.s).
+    mcount => "j instrfn_riscv64_mcount"
+}
+entry_point! {
+    /// `_mcount`: called by `gcc -pg` code (`mv a0, ra; call _mcount`); glibc's only name on
+    /// riscv64. ABI here: a0 = from_pc, ra = self_pc, every register preserved.
+    _mcount => "j instrfn_riscv64_mcount"
 }
 
-/// Defines a naked `extern "C"` function that calls `$inner` (an `extern "C"` Rust function
-/// taking at most three register arguments) through `instrfn_riscv64_guarded`: guard held,
-/// errno preserved, all signals blocked. Register contract: t0 = `$inner`, t2 is the jump's
-/// scratch register.
-macro_rules! guarded_entry {
-    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)?
-        => $inner:path) => {
-        $(#[$m])*
-        #[unsafe(naked)]
-        $vis extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
-            core::arch::naked_asm!(
-                ".cfi_startproc",
-                "lla t0, {inner}",
-                "2: auipc t2, %pcrel_hi(instrfn_riscv64_guarded)",
-                "jalr zero, %pcrel_lo(2b)(t2)",
-                ".cfi_endproc",
-                inner = sym $inner,
-            )
-        }
+/// The body of a `guarded_entry!`: t0 = `$inner`, then `instrfn_riscv64_guarded` through an
+/// `auipc`/`jalr` pair (t2 is its scratch register), which reaches anywhere.
+macro_rules! guarded_jump {
+    ($inner:path) => {
+        naked!(
+            ".cfi_startproc",
+            "lla t0, {inner}",
+            "2: auipc t2, %pcrel_hi(instrfn_riscv64_guarded)",
+            "jalr zero, %pcrel_lo(2b)(t2)",
+            ".cfi_endproc",
+            inner = sym $inner
+        )
     };
 }
 

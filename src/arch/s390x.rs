@@ -7,53 +7,39 @@ use core::arch::global_asm;
 
 global_asm!(include_str!("../../asm/s390x.s"));
 
-/// `mcount`: called by rustc `-Zinstrument-mcount` (LLVM) code before the prologue, after
-/// `stg %r14,8(%r15)`. ABI here: every register but %r0 and %r1 preserved (LLVM assumes the
-/// AnyReg mask: r2-r15, f0-f15, v0-v31); see `FAST_PATH` in asm/s390x.s.
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn mcount() {
-    core::arch::naked_asm!(".cfi_startproc", "jg instrfn_s390x_mcount", ".cfi_endproc")
+/// `naked_asm!` as the assembly is written (default options).
+macro_rules! naked {
+    ($($t:tt)*) => { core::arch::naked_asm!($($t)*) };
 }
 
-/// `_mcount`: the name `gcc -pg` calls, same sequence and ABI as `mcount`.
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn _mcount() {
-    core::arch::naked_asm!(".cfi_startproc", "jg instrfn_s390x_mcount", ".cfi_endproc")
+entry_point! {
+    /// `mcount`: called by rustc `-Zinstrument-mcount` (LLVM) code before the prologue, after
+    /// `stg %r14,8(%r15)`. ABI here: every register but %r0 and %r1 preserved (LLVM assumes the
+    /// AnyReg mask: r2-r15, f0-f15, v0-v31); see `FAST_PATH` in asm/s390x.s.
+    mcount => "jg instrfn_s390x_mcount"
+}
+entry_point! {
+    /// `_mcount`: the name `gcc -pg` calls, same sequence and ABI as `mcount`.
+    _mcount => "jg instrfn_s390x_mcount"
+}
+entry_point! {
+    /// `__fentry__`: `brasl %r0,__fentry__` as the first instruction (`gcc -pg -mfentry`).
+    /// ABI here: every register but %r0 and %r1 preserved, %r14 included; returns through
+    /// %r1, so the unwinder finds the return address in %r0.
+    __fentry__ => ".cfi_return_column %r0", "jg instrfn_s390x_fentry"
 }
 
-/// `__fentry__`: `brasl %r0,__fentry__` as the first instruction (`gcc -pg -mfentry`).
-/// ABI here: every register but %r0 and %r1 preserved, %r14 included; returns through %r1.
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn __fentry__() {
-    core::arch::naked_asm!(
-        ".cfi_startproc",
-        ".cfi_return_column %r0",
-        "jg instrfn_s390x_fentry",
-        ".cfi_endproc",
-    )
-}
-
-/// Defines a naked `extern "C"` function that calls `$inner` (an `extern "C"` Rust function
-/// taking at most three register arguments) through `instrfn_s390x_guarded`: guard held,
-/// errno preserved, all signals blocked. %r1 carries `$inner`: the ABI lets a call clobber it,
-/// and it carries no argument.
-macro_rules! guarded_entry {
-    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)?
-        => $inner:path) => {
-        $(#[$m])*
-        #[unsafe(naked)]
-        $vis extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
-            core::arch::naked_asm!(
-                ".cfi_startproc",
-                "larl %r1, {inner}",
-                "jg instrfn_s390x_guarded",
-                ".cfi_endproc",
-                inner = sym $inner,
-            )
-        }
+/// The body of a `guarded_entry!`: %r1 = `$inner` (the ABI lets a call clobber it, and it
+/// carries no argument), then `instrfn_s390x_guarded`.
+macro_rules! guarded_jump {
+    ($inner:path) => {
+        naked!(
+            ".cfi_startproc",
+            "larl %r1, {inner}",
+            "jg instrfn_s390x_guarded",
+            ".cfi_endproc",
+            inner = sym $inner
+        )
     };
 }
 

@@ -6,62 +6,36 @@ use core::arch::global_asm;
 
 global_asm!(include_str!("../../asm/x86_64.s"), options(att_syntax));
 
-/// `mcount`: called by `gcc -pg` and rustc `-Zinstrument-mcount` code after the prologue.
-/// ABI here: every register preserved (see `FAST_PATH` in asm/x86_64.s).
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn mcount() {
-    core::arch::naked_asm!(
-        ".cfi_startproc",
-        "jmp instrfn_x86_64_mcount",
-        ".cfi_endproc",
-        options(att_syntax)
-    )
+/// `naked_asm!` in AT&T syntax, like asm/x86_64.s.
+macro_rules! naked {
+    ($($t:tt)*) => { core::arch::naked_asm!($($t)*, options(att_syntax)) };
 }
 
-/// `_mcount`: glibc's name for the same entry.
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn _mcount() {
-    core::arch::naked_asm!(
-        ".cfi_startproc",
-        "jmp instrfn_x86_64_mcount",
-        ".cfi_endproc",
-        options(att_syntax)
-    )
+entry_point! {
+    /// `mcount`: called by `gcc -pg` and rustc `-Zinstrument-mcount` code after the prologue.
+    /// ABI here: every register preserved (see `FAST_PATH` in asm/x86_64.s).
+    mcount => "jmp instrfn_x86_64_mcount"
+}
+entry_point! {
+    /// `_mcount`: glibc's name for the same entry.
+    _mcount => "jmp instrfn_x86_64_mcount"
+}
+entry_point! {
+    /// `__fentry__`: called as the first instruction by `gcc -pg -mfentry` code.
+    /// ABI here: every register preserved.
+    __fentry__ => "jmp instrfn_x86_64_fentry"
 }
 
-/// `__fentry__`: called as the first instruction by `gcc -pg -mfentry` code.
-/// ABI here: every register preserved.
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn __fentry__() {
-    core::arch::naked_asm!(
-        ".cfi_startproc",
-        "jmp instrfn_x86_64_fentry",
-        ".cfi_endproc",
-        options(att_syntax)
-    )
-}
-
-/// Defines a naked `extern "C"` function that calls `$inner` (an `extern "C"` Rust function
-/// taking at most three register arguments) through `instrfn_x86_64_guarded`: guard held,
-/// errno preserved, all signals blocked.
-macro_rules! guarded_entry {
-    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)?
-        => $inner:path) => {
-        $(#[$m])*
-        #[unsafe(naked)]
-        $vis extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
-            core::arch::naked_asm!(
-                ".cfi_startproc",
-                "leaq {inner}(%rip), %rax",
-                "jmp instrfn_x86_64_guarded",
-                ".cfi_endproc",
-                inner = sym $inner,
-                options(att_syntax)
-            )
-        }
+/// The body of a `guarded_entry!`: %rax = `$inner`, then `instrfn_x86_64_guarded`.
+macro_rules! guarded_jump {
+    ($inner:path) => {
+        naked!(
+            ".cfi_startproc",
+            "leaq {inner}(%rip), %rax",
+            "jmp instrfn_x86_64_guarded",
+            ".cfi_endproc",
+            inner = sym $inner
+        )
     };
 }
 
