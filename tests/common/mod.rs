@@ -136,43 +136,23 @@ pub fn runtime_lib(arch: Arch, kind: Lib) -> PathBuf {
         "{} is missing: run `{build}` first (scripts/test.sh does)",
         path.display()
     );
-    // `cargo test` does not rebuild these artifacts: never test a stale one.
+    // `cargo test` does not rebuild these artifacts: never test a stale one. Cargo's dep-info
+    // file next to the artifact lists the sources it was built from.
     let built = std::fs::metadata(&path).unwrap().modified().unwrap();
-    if let Some((_, newer)) = newest_source().filter(|(t, _)| *t > built) {
-        panic!(
+    let dep_info = std::fs::read_to_string(path.with_extension("d")).unwrap_or_default();
+    let sources = dep_info
+        .lines()
+        .flat_map(|l| l.split_once(": ").map_or("", |(_, d)| d).split_whitespace());
+    for source in sources.map(Path::new).filter(|p| p.is_file()) {
+        let modified = std::fs::metadata(source).unwrap().modified().unwrap();
+        assert!(
+            modified <= built,
             "{} is older than {}: run `{build}` first (scripts/test.sh does)",
             path.display(),
-            newer.display()
+            source.display()
         );
     }
     path
-}
-
-/// The most recently modified source file of the runtime.
-fn newest_source() -> Option<(std::time::SystemTime, PathBuf)> {
-    let mut newest: Option<(std::time::SystemTime, PathBuf)> = None;
-    let mut todo = vec![
-        root().join("src"),
-        root().join("asm"),
-        root().join("preload/src"),
-    ];
-    todo.extend([root().join("Cargo.toml"), root().join("build.rs")]);
-    while let Some(p) = todo.pop() {
-        let meta = std::fs::metadata(&p).ok()?;
-        if meta.is_dir() {
-            todo.extend(
-                std::fs::read_dir(&p)
-                    .ok()?
-                    .filter_map(|e| Some(e.ok()?.path())),
-            );
-            continue;
-        }
-        let modified = meta.modified().ok()?;
-        if newest.as_ref().is_none_or(|(t, _)| modified > *t) {
-            newest = Some((modified, p));
-        }
-    }
-    newest
 }
 
 /// Runs a command to completion; panics with its output unless it succeeds.
