@@ -39,31 +39,7 @@
 // - No XSAVE detection: the FP/SIMD file is fixed (32 x 128 bits, FPCR, FPSR).
 // - System calls: `svc #0` with the number in x8 (rt_sigprocmask = 135); only x0 changes.
 
-    .section .tbss,"awT",@nobits
-    .p2align 6
-    .globl instrfn_tls
-    .hidden instrfn_tls
-    .type instrfn_tls,%object
-    .size instrfn_tls, 64
-instrfn_tls:
-    .zero 64
-
-    .data
-    // Nonzero while recording is on (instrfn::start/stop, moncontrol). Read by every fast path.
-    .globl instrfn_enabled
-    .hidden instrfn_enabled
-    .type instrfn_enabled,%object
-    .size instrfn_enabled, 1
-instrfn_enabled:
-    .byte 1
-
-    .section .rodata
-    .p2align 3
-.Lall_signals:
-    .quad -1
-
-    // Never exported from libinstrfn.so (see asm/x86_64.s).
-    .hidden instrfn_slow_path
+    // Shared data (instrfn_tls, instrfn_enabled, instrfn_all_signals) is in asm/data.s.
 
     .text
 
@@ -249,8 +225,8 @@ instrfn_aarch64_slow:
 
     // Block every signal (see the reference for why).
     mov     x0, #0                          // rt_sigprocmask(SIG_BLOCK, all, &old, 8)
-    adrp    x1, .Lall_signals
-    add     x1, x1, #:lo12:.Lall_signals
+    adrp    x1, instrfn_all_signals
+    add     x1, x1, #:lo12:instrfn_all_signals
     add     x2, sp, #248
     mov     x3, #8
     mov     x8, #135
@@ -352,8 +328,8 @@ instrfn_aarch64_guarded:
     mov     x21, x1
     mov     x22, x2
     mov     x0, #0                          // rt_sigprocmask(SIG_BLOCK, all, &old, 8)
-    adrp    x1, .Lall_signals
-    add     x1, x1, #:lo12:.Lall_signals
+    adrp    x1, instrfn_all_signals
+    add     x1, x1, #:lo12:instrfn_all_signals
     add     x2, sp, #64
     mov     x3, #8
     mov     x8, #135

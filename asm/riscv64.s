@@ -41,30 +41,7 @@
     .option push
     .option arch, +m, +a, +f, +d, +c
 
-    .section .tbss,"awT",@nobits
-    .p2align 6
-    .globl instrfn_tls
-    .hidden instrfn_tls
-    .type instrfn_tls,@object
-    .size instrfn_tls, 64
-instrfn_tls:
-    .zero 64
-
-    .data
-    .globl instrfn_enabled
-    .hidden instrfn_enabled
-    .type instrfn_enabled,@object
-    .size instrfn_enabled, 1
-instrfn_enabled:
-    .byte 1
-
-    .section .rodata
-    .p2align 3
-instrfn_riscv64_all_signals:
-    .quad -1
-
-    # Never exported from libinstrfn.so (see asm/x86_64.s).
-    .hidden instrfn_slow_path
+    # Shared data (instrfn_tls, instrfn_enabled, instrfn_all_signals) is in asm/data.s.
 
     .text
 
@@ -223,7 +200,7 @@ instrfn_riscv64_slow:
     li a7, 135                             # rt_sigprocmask(SIG_BLOCK, all, &old, 8)
     li a0, 0
 .Lslow_sigset:
-    auipc a1, %pcrel_hi(instrfn_riscv64_all_signals)
+    auipc a1, %pcrel_hi(instrfn_all_signals)
     addi a1, a1, %pcrel_lo(.Lslow_sigset)
     addi a2, sp, 520
     li a3, 8
@@ -302,7 +279,7 @@ instrfn_riscv64_guarded:
     li a7, 135                             # rt_sigprocmask(SIG_BLOCK, all, &old, 8)
     li a0, 0
 .Lguarded_sigset:
-    auipc a1, %pcrel_hi(instrfn_riscv64_all_signals)
+    auipc a1, %pcrel_hi(instrfn_all_signals)
     addi a1, a1, %pcrel_lo(.Lguarded_sigset)
     mv a2, sp
     li a3, 8

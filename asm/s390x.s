@@ -37,25 +37,9 @@
 #   sees the slot either empty or claimed), its comparand is r4, and r4 (the slot offset) is
 #   recomputed from the slot address only when a handler claimed the slot first.
 
-    .section .tbss,"awT",@nobits
-    .p2align 6
-    .globl instrfn_tls
-    .hidden instrfn_tls
-    .type instrfn_tls,@object
-    .size instrfn_tls, 64
-instrfn_tls:
-    .zero 64
+    # Shared data (instrfn_tls, instrfn_enabled, instrfn_all_signals) is in asm/data.s.
 
     .data
-    # `larl` needs even addresses: both bytes below are 8-byte aligned.
-    .p2align 3
-    .globl instrfn_enabled
-    .hidden instrfn_enabled
-    .type instrfn_enabled,@object
-    .size instrfn_enabled, 1
-instrfn_enabled:
-    .byte 1
-
     # Vector facility, found by the first slow path: 0 = not yet known, 1 = absent, 2 = present
     # (v0-v31 are saved). Threads that race to fill it store the same value.
     .p2align 3
@@ -65,14 +49,6 @@ instrfn_enabled:
     .size instrfn_s390x_vx, 1
 instrfn_s390x_vx:
     .byte 0
-
-    .section .rodata
-    .p2align 3
-instrfn_s390x_all_signals:
-    .quad -1
-
-    # Never exported from libinstrfn.so (see asm/x86_64.s).
-    .hidden instrfn_slow_path
 
     .text
 
@@ -246,7 +222,7 @@ instrfn_s390x_slow:
 
     # Block every signal (see asm/x86_64.s).
     lghi %r2,0                       # rt_sigprocmask(SIG_BLOCK, all, &old, 8): svc 175
-    larl %r3,instrfn_s390x_all_signals
+    larl %r3,instrfn_all_signals
     la %r4,160(%r15)
     lghi %r5,8
     svc 175
@@ -399,7 +375,7 @@ instrfn_s390x_guarded:
     lgr %r7,%r3
     lgr %r8,%r4
     lghi %r2,0                       # rt_sigprocmask(SIG_BLOCK, all, &old, 8)
-    larl %r3,instrfn_s390x_all_signals
+    larl %r3,instrfn_all_signals
     la %r4,160(%r15)
     lghi %r5,8
     svc 175

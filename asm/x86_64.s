@@ -30,24 +30,9 @@
 #   slot byte offset = ((((from_pc rotl 32) ^ self_pc) * 0x5bd1e995) >> 27) & mask, then linear
 #   probing in steps of 32 bytes; a slot whose self_pc is 0 is empty.
 
-    .section .tbss,"awT",@nobits
-    .p2align 6
-    .globl instrfn_tls
-    .hidden instrfn_tls
-    .type instrfn_tls,@object
-    .size instrfn_tls, 64
-instrfn_tls:
-    .zero 64
+    # Shared data (instrfn_tls, instrfn_enabled, instrfn_all_signals) is in asm/data.s.
 
     .data
-    # Nonzero while recording is on (instrfn::start/stop, moncontrol). Read by every fast path.
-    .globl instrfn_enabled
-    .hidden instrfn_enabled
-    .type instrfn_enabled,@object
-    .size instrfn_enabled, 1
-instrfn_enabled:
-    .byte 1
-
     # XSAVE parameters, found on first use by instrfn_x86_64_xsave_detect: the component mask
     # (0 = no XSAVE, use FXSAVE) and the area size (0 = not yet known). The mask is stored
     # before the size, so a thread that sees a size also sees its mask (x86 stores are ordered).
@@ -60,15 +45,6 @@ instrfn_x86_64_xsave_mask:
     .hidden instrfn_x86_64_xsave_size
 instrfn_x86_64_xsave_size:
     .quad 0
-
-    # The Rust slow path is an internal symbol of whatever links the runtime: never exported
-    # from libinstrfn.so, so a program cannot replace it and calls to it bind locally.
-    .hidden instrfn_slow_path
-
-    .section .rodata
-    .p2align 3
-instrfn_x86_64_all_signals:
-    .quad -1
 
     .text
 
@@ -246,7 +222,7 @@ instrfn_x86_64_slow:
     subq $16, %rsp
     movl $14, %eax                   # rt_sigprocmask(SIG_BLOCK, all, &old, 8)
     xorl %edi, %edi
-    leaq instrfn_x86_64_all_signals(%rip), %rsi
+    leaq instrfn_all_signals(%rip), %rsi
     movq %rsp, %rdx
     movl $8, %r10d
     syscall
@@ -385,7 +361,7 @@ instrfn_x86_64_guarded:
     movq %rdx, %r15
     movl $14, %eax                   # rt_sigprocmask(SIG_BLOCK, all, &old, 8)
     xorl %edi, %edi
-    leaq instrfn_x86_64_all_signals(%rip), %rsi
+    leaq instrfn_all_signals(%rip), %rsi
     movq %rsp, %rdx
     movl $8, %r10d
     syscall

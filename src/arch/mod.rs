@@ -91,6 +91,8 @@ pub use s390x::*;
 mod shared {
     use core::sync::atomic::AtomicU8;
 
+    core::arch::global_asm!(include_str!("../../asm/data.s"));
+
     unsafe extern "C" {
         fn instrfn_tls_get() -> *mut crate::thread::Tls;
         /// Read by every fast path.

@@ -1,0 +1,37 @@
+# Data every architecture's trampolines share, assembled once for all of them (src/arch/mod.rs).
+# Architecture-neutral directives only: `%` type prefixes (`@` starts a comment on aarch64).
+
+# This thread's Tls block (src/thread.rs): 64 bytes of initial-exec TLS.
+    .section .tbss,"awT",%nobits
+    .p2align 6
+    .globl instrfn_tls
+    .hidden instrfn_tls
+    .type instrfn_tls,%object
+    .size instrfn_tls, 64
+instrfn_tls:
+    .zero 64
+
+# Nonzero while recording is on (instrfn::start/stop, moncontrol). Read by every fast path.
+# 8-byte aligned: s390x addresses it with larl, which needs an even address.
+    .data
+    .p2align 3
+    .globl instrfn_enabled
+    .hidden instrfn_enabled
+    .type instrfn_enabled,%object
+    .size instrfn_enabled, 1
+instrfn_enabled:
+    .byte 1
+
+# The signal set the slow path and the guarded routine block: every signal (rt_sigprocmask).
+    .section .rodata
+    .p2align 3
+    .globl instrfn_all_signals
+    .hidden instrfn_all_signals
+    .type instrfn_all_signals,%object
+    .size instrfn_all_signals, 8
+instrfn_all_signals:
+    .quad -1
+
+# The Rust slow path is an internal symbol of whatever links the runtime: never exported from
+# libinstrfn.so, so a program cannot replace it and calls to it bind locally.
+    .hidden instrfn_slow_path
