@@ -43,6 +43,27 @@
 
     .text
 
+// BLOCK_SIGNALS off: rt_sigprocmask(SIG_BLOCK, all, old = sp + off, 8).
+// RESTORE_SIGNALS off: rt_sigprocmask(SIG_SETMASK, sp + off, NULL, 8).
+//   Raw system calls (no libc, errno untouched); clobber x0-x3, x8.
+    .macro BLOCK_SIGNALS off
+    mov     x0, #0
+    adrp    x1, instrfn_all_signals
+    add     x1, x1, #:lo12:instrfn_all_signals
+    add     x2, sp, #\off
+    mov     x3, #8
+    mov     x8, #135
+    svc     #0
+    .endm
+    .macro RESTORE_SIGNALS off
+    mov     x0, #2
+    add     x1, sp, #\off
+    mov     x2, #0
+    mov     x3, #8
+    mov     x8, #135
+    svc     #0
+    .endm
+
 // instrfn_aarch64_mcount: the fast path of _mcount and mcount.
 //   Entry: x0 = from_pc, x30 = self_pc; sp 16-byte aligned (an ordinary call).
 //   Registers: x0, x16, x17 and NZCV clobbered, all others preserved; x1/x2 are used as
@@ -224,13 +245,7 @@ instrfn_aarch64_slow:
     str     x2, [sp, #240]
 
     // Block every signal (see the reference for why).
-    mov     x0, #0                          // rt_sigprocmask(SIG_BLOCK, all, &old, 8)
-    adrp    x1, instrfn_all_signals
-    add     x1, x1, #:lo12:instrfn_all_signals
-    add     x2, sp, #248
-    mov     x3, #8
-    mov     x8, #135
-    svc     #0
+    BLOCK_SIGNALS 248
 
     mrs     x19, tpidr_el0
     adrp    x16, :gottprel:instrfn_tls
@@ -244,12 +259,7 @@ instrfn_aarch64_slow:
     bl      instrfn_slow_path
     str     xzr, [x19, #8]
 
-    mov     x0, #2                          // rt_sigprocmask(SIG_SETMASK, &old, NULL, 8)
-    add     x1, sp, #248
-    mov     x2, #0
-    mov     x3, #8
-    mov     x8, #135
-    svc     #0
+    RESTORE_SIGNALS 248
 
     ldr     x1, [sp, #232]
     ldr     x2, [sp, #240]
@@ -327,13 +337,7 @@ instrfn_aarch64_guarded:
     mov     x20, x0
     mov     x21, x1
     mov     x22, x2
-    mov     x0, #0                          // rt_sigprocmask(SIG_BLOCK, all, &old, 8)
-    adrp    x1, instrfn_all_signals
-    add     x1, x1, #:lo12:instrfn_all_signals
-    add     x2, sp, #64
-    mov     x3, #8
-    mov     x8, #135
-    svc     #0
+    BLOCK_SIGNALS 64
     bl      __errno_location
     ldr     w0, [x0]
     str     w0, [sp, #72]
@@ -355,12 +359,7 @@ instrfn_aarch64_guarded:
     bl      __errno_location
     ldr     w1, [sp, #72]
     str     w1, [x0]
-    mov     x0, #2                          // rt_sigprocmask(SIG_SETMASK, &old, NULL, 8)
-    add     x1, sp, #64
-    mov     x2, #0
-    mov     x3, #8
-    mov     x8, #135
-    svc     #0
+    RESTORE_SIGNALS 64
     mov     x0, x19
     ldp     x23, x24, [sp, #48]
     ldp     x21, x22, [sp, #32]

@@ -45,6 +45,26 @@
 
     .text
 
+# BLOCK_SIGNALS off: rt_sigprocmask(SIG_BLOCK, all, old = sp + off, 8).
+# RESTORE_SIGNALS off: rt_sigprocmask(SIG_SETMASK, sp + off, NULL, 8).
+#   Raw system calls (no libc, errno untouched); clobber a0-a3, a7.
+    .macro BLOCK_SIGNALS off
+    li a7, 135
+    li a0, 0
+    lla a1, instrfn_all_signals
+    addi a2, sp, \off
+    li a3, 8
+    ecall
+    .endm
+    .macro RESTORE_SIGNALS off
+    li a7, 135
+    li a0, 2
+    addi a1, sp, \off
+    li a2, 0
+    li a3, 8
+    ecall
+    .endm
+
 # instrfn_riscv64_mcount: the fast path of mcount/_mcount, new arcs included.
 #   Entry: a0 = from_pc, ra = self_pc. Every register is preserved (a0 too); t0, t1, t2 are
 #   scratch, saved at 0, 8, 16(sp) below the caller's sp (CFA = sp + 32 while they are); the
@@ -197,14 +217,7 @@ instrfn_riscv64_slow:
     frcsr t0
     sd t0, 512(sp)
 
-    li a7, 135                             # rt_sigprocmask(SIG_BLOCK, all, &old, 8)
-    li a0, 0
-.Lslow_sigset:
-    auipc a1, %pcrel_hi(instrfn_all_signals)
-    addi a1, a1, %pcrel_lo(.Lslow_sigset)
-    addi a2, sp, 520
-    li a3, 8
-    ecall
+    BLOCK_SIGNALS 520
 
     la.tls.ie s1, instrfn_tls
     add s1, s1, tp                         # s1 = &Tls (callee-saved: survives the call)
@@ -216,12 +229,7 @@ instrfn_riscv64_slow:
     call instrfn_slow_path
     sd zero, 8(s1)
 
-    li a7, 135                             # rt_sigprocmask(SIG_SETMASK, &old, NULL, 8)
-    li a0, 2
-    addi a1, sp, 520
-    li a2, 0
-    li a3, 8
-    ecall
+    RESTORE_SIGNALS 520
 
     ld t0, 512(sp)
     fscsr t0
@@ -276,14 +284,7 @@ instrfn_riscv64_guarded:
     mv s3, a0
     mv s4, a1
     mv s5, a2
-    li a7, 135                             # rt_sigprocmask(SIG_BLOCK, all, &old, 8)
-    li a0, 0
-.Lguarded_sigset:
-    auipc a1, %pcrel_hi(instrfn_all_signals)
-    addi a1, a1, %pcrel_lo(.Lguarded_sigset)
-    mv a2, sp
-    li a3, 8
-    ecall
+    BLOCK_SIGNALS 0
     call __errno_location
     lw a0, 0(a0)
     sw a0, 8(sp)
@@ -304,12 +305,7 @@ instrfn_riscv64_guarded:
     call __errno_location
     lw a1, 8(sp)
     sw a1, 0(a0)
-    li a7, 135                             # rt_sigprocmask(SIG_SETMASK, &old, NULL, 8)
-    li a0, 2
-    mv a1, sp
-    li a2, 0
-    li a3, 8
-    ecall
+    RESTORE_SIGNALS 0
     mv a0, s3
     mv a1, s4
     ld s5, 40(sp)

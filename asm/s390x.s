@@ -52,6 +52,38 @@ instrfn_s390x_vx:
 
     .text
 
+# BLOCK_SIGNALS off: rt_sigprocmask(SIG_BLOCK, all, old = off(%r15), 8).
+# RESTORE_SIGNALS off: rt_sigprocmask(SIG_SETMASK, off(%r15), NULL, 8).
+#   Raw system calls, svc 175 (no libc, errno untouched); clobber r2-r5.
+    .macro BLOCK_SIGNALS off
+    lghi %r2,0
+    larl %r3,instrfn_all_signals
+    la %r4,\off(%r15)
+    lghi %r5,8
+    svc 175
+    .endm
+    .macro RESTORE_SIGNALS off
+    lghi %r2,2
+    la %r3,\off(%r15)
+    lghi %r4,0
+    lghi %r5,8
+    svc 175
+    .endm
+# SAVE_R6_R15: r6-r15 into the caller's register save area (48..127 = CFA-112..-40), with CFI.
+    .macro SAVE_R6_R15
+    stmg %r6,%r15,48(%r15)
+    .cfi_offset %r6, -112
+    .cfi_offset %r7, -104
+    .cfi_offset %r8, -96
+    .cfi_offset %r9, -88
+    .cfi_offset %r10, -80
+    .cfi_offset %r11, -72
+    .cfi_offset %r12, -64
+    .cfi_offset %r13, -56
+    .cfi_offset %r14, -48
+    .cfi_offset %r15, -40
+    .endm
+
 # FAST_PATH name, self, fromop, fromsrc, retcol
 #   Entry: \self = self_pc (the return address into the instrumented function), `\fromop
 #   %r3,\fromsrc` loads from_pc; \retcol is the register holding the return address (for CFI).
@@ -166,17 +198,7 @@ instrfn_s390x_slow:
     .cfi_offset %r3, -136
     .cfi_offset %r4, -128
     .cfi_offset %r5, -120
-    stmg %r6,%r15,48(%r15)
-    .cfi_offset %r6, -112
-    .cfi_offset %r7, -104
-    .cfi_offset %r8, -96
-    .cfi_offset %r9, -88
-    .cfi_offset %r10, -80
-    .cfi_offset %r11, -72
-    .cfi_offset %r12, -64
-    .cfi_offset %r13, -56
-    .cfi_offset %r14, -48
-    .cfi_offset %r15, -40
+    SAVE_R6_R15
     lgr %r11,%r15
     .cfi_def_cfa_register %r11
     lay %r15,-832(%r15)
@@ -221,11 +243,7 @@ instrfn_s390x_slow:
     lgr %r12,%r3                     # from_pc
 
     # Block every signal (see asm/x86_64.s).
-    lghi %r2,0                       # rt_sigprocmask(SIG_BLOCK, all, &old, 8): svc 175
-    larl %r3,instrfn_all_signals
-    la %r4,160(%r15)
-    lghi %r5,8
-    svc 175
+    BLOCK_SIGNALS 160
 
     ear %r13,%a0
     sllg %r13,%r13,32
@@ -270,11 +288,7 @@ instrfn_s390x_slow:
     brasl %r14,instrfn_slow_path@PLT
     mvghi 8(%r13),0
 
-    lghi %r2,2                       # rt_sigprocmask(SIG_SETMASK, &old, NULL, 8)
-    la %r3,160(%r15)
-    lghi %r4,0
-    lghi %r5,8
-    svc 175
+    RESTORE_SIGNALS 160
 
     cli 0(%r9),2
     jne 4f
@@ -355,17 +369,7 @@ instrfn_s390x_slow:
     .type instrfn_s390x_guarded,@function
 instrfn_s390x_guarded:
     .cfi_startproc
-    stmg %r6,%r15,48(%r15)
-    .cfi_offset %r6, -112
-    .cfi_offset %r7, -104
-    .cfi_offset %r8, -96
-    .cfi_offset %r9, -88
-    .cfi_offset %r10, -80
-    .cfi_offset %r11, -72
-    .cfi_offset %r12, -64
-    .cfi_offset %r13, -56
-    .cfi_offset %r14, -48
-    .cfi_offset %r15, -40
+    SAVE_R6_R15
     lgr %r11,%r15
     .cfi_def_cfa_register %r11
     lay %r15,-184(%r15)
@@ -374,11 +378,7 @@ instrfn_s390x_guarded:
     lgr %r6,%r2                      # its arguments
     lgr %r7,%r3
     lgr %r8,%r4
-    lghi %r2,0                       # rt_sigprocmask(SIG_BLOCK, all, &old, 8)
-    larl %r3,instrfn_all_signals
-    la %r4,160(%r15)
-    lghi %r5,8
-    svc 175
+    BLOCK_SIGNALS 160
     brasl %r14,__errno_location@PLT
     l %r0,0(%r2)
     st %r0,168(%r15)
@@ -400,11 +400,7 @@ instrfn_s390x_guarded:
     brasl %r14,__errno_location@PLT
     l %r0,168(%r15)
     st %r0,0(%r2)
-    lghi %r2,2                       # rt_sigprocmask(SIG_SETMASK, &old, NULL, 8)
-    la %r3,160(%r15)
-    lghi %r4,0
-    lghi %r5,8
-    svc 175
+    RESTORE_SIGNALS 160
     lgr %r2,%r9
     lmg %r6,%r15,184+48(%r15)
     .cfi_def_cfa %r15, 160

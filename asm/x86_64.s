@@ -48,6 +48,26 @@ instrfn_x86_64_xsave_size:
 
     .text
 
+# BLOCK_SIGNALS: rt_sigprocmask(SIG_BLOCK, all, old = (%rsp), 8).
+# RESTORE_SIGNALS: rt_sigprocmask(SIG_SETMASK, (%rsp), NULL, 8).
+#   Raw system calls (no libc, errno untouched); clobber rax, rcx, rdx, rsi, rdi, r10, r11.
+    .macro BLOCK_SIGNALS
+    movl $14, %eax
+    xorl %edi, %edi
+    leaq instrfn_all_signals(%rip), %rsi
+    movq %rsp, %rdx
+    movl $8, %r10d
+    syscall
+    .endm
+    .macro RESTORE_SIGNALS
+    movl $14, %eax
+    movl $2, %edi
+    movq %rsp, %rsi
+    xorl %edx, %edx
+    movl $8, %r10d
+    syscall
+    .endm
+
 # FAST_PATH name, from
 #   Entry: (%rsp) = self_pc, the return address into the instrumented function; \from is the
 #   operand holding from_pc, the instrumented function's own return address.
@@ -220,12 +240,7 @@ instrfn_x86_64_slow:
     # Block every signal, so a handler never sees this thread's guard held: a counting call
     # from a signal handler is then always recorded, never dropped.
     subq $16, %rsp
-    movl $14, %eax                   # rt_sigprocmask(SIG_BLOCK, all, &old, 8)
-    xorl %edi, %edi
-    leaq instrfn_all_signals(%rip), %rsi
-    movq %rsp, %rdx
-    movl $8, %r10d
-    syscall
+    BLOCK_SIGNALS
 
     movq instrfn_tls@gottpoff(%rip), %rbx
     movq $1, %fs:8(%rbx)             # guard: counting calls made by the runtime itself return
@@ -236,12 +251,7 @@ instrfn_x86_64_slow:
     call instrfn_slow_path
     movq $0, %fs:8(%rbx)
 
-    movl $14, %eax                   # rt_sigprocmask(SIG_SETMASK, &old, NULL, 8)
-    movl $2, %edi
-    movq %rsp, %rsi
-    xorl %edx, %edx
-    movl $8, %r10d
-    syscall
+    RESTORE_SIGNALS
     addq $16, %rsp
 
     movq instrfn_x86_64_xsave_mask(%rip), %rax
@@ -359,12 +369,7 @@ instrfn_x86_64_guarded:
     movq %rdi, %r13
     movq %rsi, %r14
     movq %rdx, %r15
-    movl $14, %eax                   # rt_sigprocmask(SIG_BLOCK, all, &old, 8)
-    xorl %edi, %edi
-    leaq instrfn_all_signals(%rip), %rsi
-    movq %rsp, %rdx
-    movl $8, %r10d
-    syscall
+    BLOCK_SIGNALS
     call __errno_location@PLT
     movl (%rax), %eax
     movl %eax, 8(%rsp)
@@ -382,12 +387,7 @@ instrfn_x86_64_guarded:
     call __errno_location@PLT
     movl 8(%rsp), %ecx
     movl %ecx, (%rax)
-    movl $14, %eax                   # rt_sigprocmask(SIG_SETMASK, &old, NULL, 8)
-    movl $2, %edi
-    movq %rsp, %rsi
-    xorl %edx, %edx
-    movl $8, %r10d
-    syscall
+    RESTORE_SIGNALS
     movq %r12, %rax
     leaq -40(%rbp), %rsp
     popq %r15
