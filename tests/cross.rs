@@ -146,6 +146,49 @@ fn registers(arch: Arch) {
     }
 }
 
+/// Links `arch`'s register harness against `fake`, trampolines that each clobber one register,
+/// and asserts that every kind the harness calls fails and names it: `clobbers` is (kind, the
+/// register's index in the harness's order, what it is), one per kind of `regs_kinds`.
+fn harness_catches(arch: Arch, fake: &str, clobbers: &[(&str, u32, &str)]) {
+    let kinds: Vec<&str> = clobbers.iter().map(|(kind, ..)| *kind).collect();
+    assert_eq!(
+        kinds,
+        regs_kinds(arch),
+        "{}: one clobber per kind",
+        arch.name
+    );
+    let dir = workdir(&format!("{}-regs-negative", arch.name));
+    let fake_s = dir.join("fake.S");
+    let note = ".section .note.GNU-stack,\"\",%progbits\n";
+    std::fs::write(&fake_s, format!("{fake}{note}")).unwrap();
+    let driver = fixture("regs/driver.c");
+    let harness = fixture(&format!("regs/{}.S", arch.name));
+    let mut args: Vec<&OsStr> = vec![OsStr::new("-O1")];
+    args.extend(arch_flags(arch).iter().map(OsStr::new));
+    args.extend([
+        driver.as_os_str(),
+        harness.as_os_str(),
+        fake_s.as_os_str(),
+        OsStr::new("-lpthread"),
+    ]);
+    let exe = cc(arch, &args, &dir.join("regs-fake"));
+    for (kind, index, what) in clobbers {
+        let out = run(&mut command(arch, &exe, &[kind], &[], &dir));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "{} kind {kind} ({what}) passed: {}{stderr}",
+            arch.name,
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(
+            stderr.contains(&format!("register #{index} clobbered")),
+            "{} kind {kind}, {what} (#{index}): {stderr}",
+            arch.name
+        );
+    }
+}
+
 /// Signal handlers that count, interrupting the fast path anywhere (the counting instruction
 /// or LL/SC loop must not lose a count), fork with its own file, and thread churn.
 fn scenarios(arch: Arch) {
@@ -216,6 +259,23 @@ fn aarch64_threads_exact() {
 fn aarch64_registers() {
     registers(AARCH64);
 }
+
+/// A test that cannot fail proves nothing: the aarch64 harness, linked against trampolines that
+/// clobber an argument register and the upper half of a vector register (what saving only d1
+/// would do), must name each. The fakes never read x0 or x29, however from_pc is passed.
+#[test]
+fn aarch64_harness_catches_a_clobbering_trampoline() {
+    harness_catches(
+        AARCH64,
+        ".globl _mcount, mcount, instrfn_start, instrfn_stop, instrfn_debug_call_guarded\n\
+         _mcount: mov x1, xzr\n ret\n\
+         mcount: mov v1.d[1], xzr\n ret\n\
+         instrfn_start: ret\ninstrfn_stop: ret\n\
+         instrfn_debug_call_guarded: mov x16, x0\n mov x0, x1\n br x16\n",
+        &[("0", 1, "x1"), ("1", 35, "v1 upper half")],
+    );
+}
+
 #[test]
 fn aarch64_scenarios() {
     scenarios(AARCH64);
@@ -255,6 +315,23 @@ fn riscv64_threads_exact() {
 fn riscv64_registers() {
     registers(RISCV64);
 }
+
+/// A test that cannot fail proves nothing: the riscv64 harness, linked against trampolines that
+/// clobber an argument register and the upper half of an FP register (a save with fsw/flw,
+/// which NaN-boxes the value it reloads), must name each.
+#[test]
+fn riscv64_harness_catches_a_clobbering_trampoline() {
+    harness_catches(
+        RISCV64,
+        ".globl _mcount, mcount, instrfn_start, instrfn_stop, instrfn_debug_call_guarded\n\
+         _mcount: li a1, 0\n ret\n\
+         mcount: addi sp, sp, -16\n fsw fa0, 0(sp)\n flw fa0, 0(sp)\n addi sp, sp, 16\n ret\n\
+         instrfn_start: ret\ninstrfn_stop: ret\n\
+         instrfn_debug_call_guarded: mv t0, a0\n mv a0, a1\n jr t0\n",
+        &[("0", 11, "a1"), ("1", 42, "fa0 upper half")],
+    );
+}
+
 #[test]
 fn riscv64_scenarios() {
     scenarios(RISCV64);
@@ -272,6 +349,27 @@ fn s390x_threads_exact() {
 fn s390x_registers() {
     registers(S390X);
 }
+
+/// A test that cannot fail proves nothing: the s390x harness (z13, vector registers checked),
+/// linked against trampolines that clobber an argument register, the right half of v0 (which
+/// saving f0 alone does not cover) and an FP argument register, must name each. Each fake
+/// returns as the real one does: `_mcount` and `mcount` through r14, `__fentry__` through
+/// r1 = r0.
+#[test]
+fn s390x_harness_catches_a_clobbering_trampoline() {
+    harness_catches(
+        S390X,
+        ".globl _mcount, __fentry__, mcount, instrfn_start, instrfn_stop\n\
+         .globl instrfn_debug_call_guarded\n\
+         _mcount: lghi %r2, 0\n br %r14\n\
+         __fentry__: vleig %v0, 0, 1\n lgr %r1, %r0\n br %r1\n\
+         mcount: lzdr %f2\n br %r14\n\
+         instrfn_start: br %r14\ninstrfn_stop: br %r14\n\
+         instrfn_debug_call_guarded: lgr %r1, %r2\n lgr %r2, %r3\n br %r1\n",
+        &[("0", 0, "r2"), ("1", 17, "v0 right half"), ("2", 20, "f2")],
+    );
+}
+
 #[test]
 fn s390x_scenarios() {
     scenarios(S390X);
