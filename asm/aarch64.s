@@ -5,19 +5,32 @@
 // `global_asm!` block from src/arch/aarch64.rs (where braces would be format placeholders, so
 // none appear here); the exported names are naked functions there that branch into it.
 //
-// The counting call (gcc -pg, rustc -Zinstrument-mcount; LLVM passes llvm.returnaddress(0)):
-//       hint #7                  // xpaclri: strip a pointer authentication code from x30
-//       mov  x0, x30             // x0  = from_pc, the instrumented function's return address
-//       bl   _mcount             // x30 = self_pc
-// after the prologue, as an ordinary AAPCS64 call: the compilers move whatever they still
-// need (arguments, x8, the static chain x18) into callee-saved registers or the frame first.
-// The trampolines nevertheless preserve every register except x0 (the input) and x16/x17
+// The counting call is an ordinary AAPCS64 call after the prologue, always with the frame
+// record set up (`stp x29, x30, [sp, #-N]!; mov x29, sp`: gcc refuses -pg with
+// -fomit-frame-pointer, clang forces a frame pointer under -pg, rustc under -Zinstrument-mcount):
+//       gcc -pg:                 hint #7 (xpaclri); mov x0, x30; bl _mcount
+//       rustc (LLVM 22):         x0 = llvm.returnaddress(0); bl _mcount
+//       clang 14 -pg:            bl _mcount            (x0 = whatever it held: an argument)
+// So the trampolines take from_pc from the frame record, [x29, #8], which every compiler has
+// written, and strip a pointer authentication code from it (code built with
+// -mbranch-protection=pac-ret signs x30 before saving it) with `hint #7` (xpaclri: a NOP on
+// CPUs without PAC, where nothing is signed). x0 is not read; x30 = self_pc.
+// The compilers move whatever they still need (arguments, x8, the static chain x18) into
+// callee-saved registers or the frame first.
+// The trampolines nevertheless preserve every register except x0 (the from_pc argument of
+// gcc's call) and x16/x17
 // (IP0/IP1, which any veneer or PLT entry on the way in may clobber too): x1-x15, x18-x29,
 // sp, v0-v31 in full, FPCR and FPSR. x30 comes back as self_pc (we return through it).
 // NZCV is clobbered, as by any call. The fast path never touches FP/SIMD; the slow path
 // saves q0-q31 whole because AAPCS64 keeps only the low halves of v8-v15 across the Rust
 // call. Beyond 128 bits (SVE Z upper bits, P registers) a base-PCS call may clobber
 // anything, and the slow path's system calls do discard them.
+//
+// Shared layouts are the `{{NAME}}` operands of trampoline_asm! (asm/x86_64.s lists them all):
+// Tls {TLS_TABLE} table, {TLS_GUARD} guard; ArcTable {TBL_MASK} mask, {TBL_LEN} len, {TBL_LIMIT} limit,
+// {TBL_SHIFT} shift, {TBL_LAST} last, {TBL_LOST} lost; slots of {SLOT_SIZE} (= 1 << {SLOT_SHIFT}) bytes with self_pc at
+// {SLOT_SELF} and from_pc right after it at {SLOT_FROM} (one ldp loads both), count at {SLOT_COUNT}; the hash
+// multiplier {HASH_MUL} is loaded from instrfn_hash_mul (asm/data.s).
 //
 // Differences from x86_64:
 // - No red zone: the fast path pushes x1/x2 (one 16-byte pair keeps sp 16-byte aligned, which
@@ -65,19 +78,17 @@
     .endm
 
 // instrfn_aarch64_mcount: the fast path of _mcount and mcount.
-//   Entry: x0 = from_pc, x30 = self_pc; sp 16-byte aligned (an ordinary call).
+//   Entry: x30 = self_pc, x29 = the instrumented function's frame record; sp 16-byte aligned
+//   (an ordinary call).
 //   Registers: x0, x16, x17 and NZCV clobbered, all others preserved; x1/x2 are used as
-//   scratch, saved in a 16-byte push whose CFI rows are below. The insert path needs no more
-//   (x16 = table, x2 = slot address, x1/x17 = loaded value/status), so every path keeps the
-//   same one push and the same CFA (sp + 16 between the stp and the ldp). The CFA offsets
-//   are absolute (.cfi_def_cfa_offset), not .cfi_adjust_cfa_offset: LLVM's assembler adds
-//   adjustments to a running offset that .cfi_restore_state does not reset, so the second
-//   `-16` after the remembered state came out as CFA = sp - 16.
-//   Hit path: 32 instructions here plus the `b` of the exported stub (one stp, one ldp, the
-//   Tls/enabled/mask/slot loads, and one ldxr/stxr pair).
-//   Insert path (first probe empty, no interruption): 49 here plus the `b`: the 25 up to the
-//   miss, then cbz, 4 for len < limit, 21 to claim, store from_pc, count and bump len, and the
-//   same ldp/ret (three ldxr/stxr pairs, the middle one a stlxr).
+//   scratch, saved in a 16-byte push whose CFI rows are below. In the body x0 = from_pc,
+//   x16 = table, x17 = slot offset; the insert path needs no more (x2 = slot address,
+//   x1/x17 = loaded value/status), so every path keeps the same one push and the same CFA
+//   (sp + 16 between the stp and the ldp). The CFA offsets are absolute
+//   (.cfi_def_cfa_offset), not .cfi_adjust_cfa_offset: LLVM's assembler adds adjustments to a
+//   running offset that .cfi_restore_state does not reset, so the second `-16` after the
+//   remembered state came out as CFA = sp - 16.
+//   Hands over to instrfn_aarch64_slow with x0 = from_pc and x30 = self_pc.
     .p2align 4
     .globl instrfn_aarch64_mcount
     .hidden instrfn_aarch64_mcount
@@ -88,32 +99,38 @@ instrfn_aarch64_mcount:
     adrp    x17, :gottprel:instrfn_tls
     ldr     x17, [x17, #:gottprel_lo12:instrfn_tls]
     add     x16, x16, x17                   // &Tls
-    ldr     x17, [x16, #8]                  // guard held: runtime code is running here
+    ldr     x17, [x16, #{TLS_GUARD}]                  // guard held: runtime code is running here
     cbnz    x17, .Lout
     adrp    x17, instrfn_enabled
     ldrb    w17, [x17, #:lo12:instrfn_enabled]
     cbz     w17, .Lout
-    ldr     x16, [x16]                      // this thread's ArcTable
+    ldr     x16, [x16, #{TLS_TABLE}]                      // this thread's ArcTable
+    ldr     x0, [x29, #8]                   // from_pc: the frame record's saved x30,
+    mov     x17, x30                        // without its pointer authentication code
+    mov     x30, x0
+    hint    #7                              // xpaclri
+    mov     x0, x30
+    mov     x30, x17
     cbz     x16, instrfn_aarch64_slow
     stp     x1, x2, [sp, #-16]!
     .cfi_def_cfa_offset 16
     .cfi_rel_offset x1, 0
     .cfi_rel_offset x2, 8
-    ror     x17, x0, #32                    // slot offset = hash(from_pc, self_pc) & mask
-    eor     x17, x17, x30
-    mov     x1, #0xe995
-    movk    x1, #0x5bd1, lsl #16
+    ror     x17, x30, #32                   // slot offset = hash(from_pc, self_pc)
+    eor     x17, x17, x0
+    adrp    x1, instrfn_hash_mul
+    ldr     x1, [x1, #:lo12:instrfn_hash_mul]
     mul     x17, x17, x1
-    lsr     x17, x17, #27
+    ldrb    w1, [x16, #{TBL_SHIFT}]
+    lsr     x17, x17, x1
+    lsl     x17, x17, #{SLOT_SHIFT}
 .Lprobe:
-    ldr     x1, [x16]                       // mask
-    and     x17, x17, x1
-    add     x2, x16, x17                    // slot - 64
-    ldp     x1, x17, [x2, #64]              // slot.self_pc, slot.from_pc
+    add     x2, x16, x17                    // slot - {SLOT_SELF}
+    ldp     x1, x17, [x2, #{SLOT_SELF}]              // slot.self_pc, slot.from_pc
     cmp     x1, x30
     ccmp    x17, x0, #0, eq
     b.ne    .Lmiss
-    add     x2, x2, #80                     // &slot.count
+    add     x2, x2, #{SLOT_COUNT}                    // &slot.count
 .Lcount:
     ldxr    x1, [x2]
     add     x1, x1, #1
@@ -131,41 +148,48 @@ instrfn_aarch64_mcount:
 .Lmiss:
     cbz     x1, .Linsert                    // empty slot: the arc is not in the table
     sub     x17, x2, x16                    // next slot
-    add     x17, x17, #32
+    add     x17, x17, #{SLOT_SIZE}
+    ldr     x1, [x16, #{TBL_MASK}]
+    and     x17, x17, x1
     b       .Lprobe
 .Linsert:
-    // A new arc, inserted here unless the table is half full (then the slow path grows it).
+    // A new arc, inserted here while the table holds fewer than `limit` arcs.
     // x2 = table + slot offset; x1 and x17 are free.
-    ldr     x1, [x16, #16]                  // len
-    ldr     x17, [x16, #32]                 // limit
+    ldr     x1, [x16, #{TBL_LEN}]                  // len
+    ldr     x17, [x16, #{TBL_LIMIT}]                 // limit
     cmp     x1, x17
     b.hs    .Lfull
-    add     x2, x2, #64                     // &slot.self_pc
+    add     x2, x2, #{SLOT_SELF}                     // &slot.self_pc
 .Lclaim:
     ldxr    x1, [x2]
     cbnz    x1, .Lraced                     // a signal handler claimed the slot meanwhile
     stxr    w17, x30, [x2]                  // claim: self_pc into a slot still 0
     cbnz    w17, .Lclaim                    // interrupted between ldxr and stxr: again
-    str     x0, [x2, #8]                    // slot.from_pc
-    add     x2, x2, #16                     // &slot.count
+    str     x0, [x2, #{SLOT_FROM} - {SLOT_SELF}]                  // slot.from_pc
+    add     x2, x2, #{SLOT_COUNT} - {SLOT_SELF}                   // &slot.count
 .Lfirst:
     ldxr    x1, [x2]                        // 0, or more if a handler counted our arc meanwhile
     add     x1, x1, #1
     stlxr   w17, x1, [x2]                   // release: self_pc and from_pc before the count
     cbnz    w17, .Lfirst
-    add     x2, x16, #16                    // &table.len
-.Llen:
+    add     x2, x16, #{TBL_LEN}                    // &table.len
+.Lbump:
     ldxr    x1, [x2]
     add     x1, x1, #1
     stxr    w17, x1, [x2]
-    cbnz    w17, .Llen
+    cbnz    w17, .Lbump
     b       .Lret
 .Lraced:
     clrex                                   // left between ldxr and stxr
     sub     x17, x2, x16                    // probe this very slot again (x17 = offset)
-    sub     x17, x17, #64
+    sub     x17, x17, #{SLOT_SELF}
     b       .Lprobe
 .Lfull:
+    // The table holds `limit` arcs: the last table of a chain (INSTRFN_MAX_ARCS reached)
+    // counts the call as lost right here; any other grows in the slow path.
+    ldrb    w1, [x16, #{TBL_LAST}]
+    add     x2, x16, #{TBL_LOST}                   // &table.lost
+    cbnz    w1, .Lbump
     ldp     x1, x2, [sp], #16
     .cfi_def_cfa_offset 0
     .cfi_restore x1
@@ -252,12 +276,12 @@ instrfn_aarch64_slow:
     ldr     x16, [x16, #:gottprel_lo12:instrfn_tls]
     add     x19, x19, x16                   // &Tls
     mov     x16, #1
-    str     x16, [x19, #8]                  // guard: counting calls made by the runtime return
+    str     x16, [x19, #{TLS_GUARD}]                  // guard: counting calls made by the runtime return
     mov     x0, x19                         // arg 0: &Tls
     ldr     x1, [sp, #16]                   // arg 1: from_pc
     ldr     x2, [sp, #8]                    // arg 2: self_pc
     bl      instrfn_slow_path
-    str     xzr, [x19, #8]
+    str     xzr, [x19, #{TLS_GUARD}]
 
     RESTORE_SIGNALS 248
 
@@ -345,17 +369,17 @@ instrfn_aarch64_guarded:
     adrp    x0, :gottprel:instrfn_tls
     ldr     x0, [x0, #:gottprel_lo12:instrfn_tls]
     add     x24, x24, x0                    // &Tls
-    ldr     x0, [x24, #8]
+    ldr     x0, [x24, #{TLS_GUARD}]
     str     x0, [sp, #80]
     mov     x0, #1
-    str     x0, [x24, #8]
+    str     x0, [x24, #{TLS_GUARD}]
     mov     x0, x20
     mov     x1, x21
     mov     x2, x22
     blr     x19
     mov     x19, x0
     ldr     x0, [sp, #80]
-    str     x0, [x24, #8]
+    str     x0, [x24, #{TLS_GUARD}]
     bl      __errno_location
     ldr     w1, [sp, #72]
     str     w1, [x0]

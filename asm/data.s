@@ -22,6 +22,17 @@ instrfn_tls:
 instrfn_enabled:
     .byte 1
 
+# The slot hash multiplier (src/arcs.rs HASH_MUL), for the architectures that load it from memory
+# rather than building a 64-bit immediate.
+    .section .rodata
+    .p2align 3
+    .globl instrfn_hash_mul
+    .hidden instrfn_hash_mul
+    .type instrfn_hash_mul,%object
+    .size instrfn_hash_mul, 8
+instrfn_hash_mul:
+    .quad {HASH_MUL}
+
 # The signal set the slow path and the guarded routine block: every signal (rt_sigprocmask).
     .section .rodata
     .p2align 3

@@ -2,6 +2,11 @@
 #
 # Same plan, symbols and layouts as asm/x86_64.s (the annotated reference: Tls, ArcTable, slot
 # hash, fast path / slow path / guarded routine). Only the differences are described here.
+# The layout operands of trampoline_asm! used here: Tls {TLS_TABLE} table, {TLS_GUARD} guard;
+# ArcTable {TBL_MASK} mask, {TBL_LEN} len, {TBL_LIMIT} limit, {TBL_SHIFT} shift, {TBL_LAST} last, {TBL_LOST} lost; slots of
+# {SLOT_SIZE} (1 << {SLOT_SHIFT}) bytes, self_pc at {SLOT_SELF}, from_pc at {SLOT_FROM}, count at {SLOT_COUNT} from the table
+# base plus the slot offset; the hash multiplier {HASH_MUL} is loaded from instrfn_hash_mul
+# (asm/data.s).
 #
 # Entry: the compilers emit an ordinary call, `mv a0, ra; call _mcount` (gcc -pg; LLVM passes
 # llvm.returnaddress(0) the same way), so a0 = from_pc (the instrumented function's own return
@@ -88,30 +93,34 @@ instrfn_riscv64_mcount:
     .cfi_rel_offset t2, 16
     la.tls.ie t0, instrfn_tls              # offset of Tls from the thread pointer
     add t0, t0, tp                         # &Tls
-    ld t1, 8(t0)                           # guard held: runtime code is running on this thread
+    ld t1, {TLS_GUARD}(t0)                           # guard held: runtime code is running here
     bnez t1, .Lmcount_out
 .Lmcount_enabled:
     auipc t1, %pcrel_hi(instrfn_enabled)
     lbu t1, %pcrel_lo(.Lmcount_enabled)(t1)
     beqz t1, .Lmcount_out
-    ld t0, 0(t0)                           # this thread's ArcTable
+    ld t0, {TLS_TABLE}(t0)                           # this thread's ArcTable
     beqz t0, .Lmcount_slow
-    slli t1, a0, 32                        # slot offset = hash(from_pc, self_pc) & mask
-    srli t2, a0, 32
+    slli t1, ra, 32                        # slot offset = hash(from_pc, self_pc)
+    srli t2, ra, 32
     or t1, t1, t2
-    xor t1, t1, ra
-    li t2, 0x5bd1e995
+    xor t1, t1, a0
+.Lmcount_mul:
+    auipc t2, %pcrel_hi(instrfn_hash_mul)
+    ld t2, %pcrel_lo(.Lmcount_mul)(t2)
     mul t1, t1, t2
-    srli t1, t1, 27
+    lbu t2, {TBL_SHIFT}(t0)
+    srl t1, t1, t2
+    slli t1, t1, {SLOT_SHIFT}
 .Lmcount_probe:
-    ld t2, 0(t0)                           # mask
+    ld t2, {TBL_MASK}(t0)                           # mask (a no-op on the first probe)
     and t1, t1, t2
-    add t1, t1, t0                         # t1 = slot address - 64
-    ld t2, 64(t1)                          # slot.self_pc
+    add t1, t1, t0                         # t1 = slot address - {SLOT_SELF}
+    ld t2, {SLOT_SELF}(t1)                          # slot.self_pc
     bne t2, ra, .Lmcount_miss
-    ld t2, 72(t1)                          # slot.from_pc
+    ld t2, {SLOT_FROM}(t1)                          # slot.from_pc
     bne t2, a0, .Lmcount_next
-    addi t1, t1, 80                        # &slot.count
+    addi t1, t1, {SLOT_COUNT}                        # &slot.count
     li t2, 1
     amoadd.d zero, t2, (t1)
 .Lmcount_out:
@@ -130,30 +139,30 @@ instrfn_riscv64_mcount:
     beqz t2, .Lmcount_insert               # empty slot: the arc is not in the table
 .Lmcount_next:
     sub t1, t1, t0                         # back to an offset, next slot
-    addi t1, t1, 32
+    addi t1, t1, {SLOT_SIZE}
     j .Lmcount_probe
 .Lmcount_insert:
-    # A new arc, inserted here unless the table is half full (then the slow path grows it).
+    # A new arc, inserted here while the table holds fewer than `limit` arcs.
     # Claim the slot (self_pc: 0 -> self_pc), store from_pc, then add the count (release) and
-    # the table's len. t0 = table, t1 = slot address - 64.
+    # the table's len. t0 = table, t1 = slot address - {SLOT_SELF}.
     sd t3, 24(sp)
     .cfi_offset t3, -8                     # CFA-relative: LLVM's .cfi_rel_offset would use
                                            # the CFA offset of the preceding ret (0), as
                                            # .cfi_restore_state does not reset what it tracks
-    ld t2, 16(t0)                          # len
-    ld t3, 32(t0)                          # limit
+    ld t2, {TBL_LEN}(t0)                          # len
+    ld t3, {TBL_LIMIT}(t0)                          # limit
     bgeu t2, t3, .Lmcount_full
-    addi t1, t1, 64                        # t1 = &slot.self_pc
+    addi t1, t1, {SLOT_SELF}                        # t1 = &slot.self_pc
 .Lmcount_claim:
     lr.d t2, (t1)
     bnez t2, .Lmcount_raced                # claimed meanwhile by a signal handler
     sc.d t2, ra, (t1)
     bnez t2, .Lmcount_claim                # reservation lost (a trap came between): retry
-    sd a0, 8(t1)                           # slot.from_pc
+    sd a0, {SLOT_FROM} - {SLOT_SELF}(t1)                           # slot.from_pc
     li t2, 1
-    addi t3, t1, 16                        # &slot.count: 0 -> 1, after from_pc for other CPUs
+    addi t3, t1, {SLOT_COUNT} - {SLOT_SELF}                        # &slot.count: 0 -> 1, after from_pc for other CPUs
     amoadd.d.rl zero, t2, (t3)
-    addi t3, t0, 16                        # &table.len
+    addi t3, t0, {TBL_LEN}                        # &table.len
     amoadd.d zero, t2, (t3)
     ld t3, 24(sp)
     .cfi_remember_state
@@ -162,13 +171,26 @@ instrfn_riscv64_mcount:
     .cfi_restore_state
 .Lmcount_raced:
     sub t1, t1, t0                         # back to the offset of that slot: probe it again
-    addi t1, t1, -64
+    addi t1, t1, -{SLOT_SELF}
     ld t3, 24(sp)
     .cfi_remember_state
     .cfi_restore t3
     j .Lmcount_probe
     .cfi_restore_state
 .Lmcount_full:
+    # The table holds `limit` arcs: the last table of a chain (INSTRFN_MAX_ARCS reached)
+    # counts the call as lost right here; any other grows in the slow path.
+    lbu t2, {TBL_LAST}(t0)
+    beqz t2, .Lmcount_grow
+    li t2, 1
+    addi t3, t0, {TBL_LOST}                        # &table.lost
+    amoadd.d zero, t2, (t3)
+    ld t3, 24(sp)
+    .cfi_remember_state
+    .cfi_restore t3
+    j .Lmcount_out
+    .cfi_restore_state
+.Lmcount_grow:
     ld t3, 24(sp)
     .cfi_restore t3
 .Lmcount_slow:
@@ -222,12 +244,12 @@ instrfn_riscv64_slow:
     la.tls.ie s1, instrfn_tls
     add s1, s1, tp                         # s1 = &Tls (callee-saved: survives the call)
     li t0, 1
-    sd t0, 8(s1)                           # guard
+    sd t0, {TLS_GUARD}(s1)                           # guard
     mv a0, s1                              # arg 0: &Tls
     ld a1, 80(sp)                          # arg 1: from_pc (the saved a0)
     mv a2, ra                              # arg 2: self_pc
     call instrfn_slow_path
-    sd zero, 8(s1)
+    sd zero, {TLS_GUARD}(s1)
 
     RESTORE_SIGNALS 520
 
@@ -290,10 +312,10 @@ instrfn_riscv64_guarded:
     sw a0, 8(sp)
     la.tls.ie s1, instrfn_tls
     add s1, s1, tp                         # s1 = &Tls
-    ld a0, 8(s1)
+    ld a0, {TLS_GUARD}(s1)
     sd a0, 16(sp)                          # old guard
     li a0, 1
-    sd a0, 8(s1)
+    sd a0, {TLS_GUARD}(s1)
     mv a0, s3
     mv a1, s4
     mv a2, s5
@@ -301,7 +323,7 @@ instrfn_riscv64_guarded:
     mv s3, a0
     mv s4, a1
     ld a0, 16(sp)
-    sd a0, 8(s1)
+    sd a0, {TLS_GUARD}(s1)
     call __errno_location
     lw a1, 8(sp)
     sw a1, 0(a0)

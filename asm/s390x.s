@@ -38,6 +38,11 @@
 #   recomputed from the slot address only when a handler claimed the slot first.
 
     # Shared data (instrfn_tls, instrfn_enabled, instrfn_all_signals) is in asm/data.s.
+    # The layout operands of trampoline_asm! used here: Tls {TLS_TABLE} table, {TLS_GUARD} guard;
+    # ArcTable {TBL_MASK} mask, {TBL_LEN} len, {TBL_LIMIT} limit, {TBL_SHIFT} shift, {TBL_LAST} last, {TBL_LOST} lost;
+    # slots of {SLOT_SIZE} (1 << {SLOT_SHIFT}) bytes, self_pc at {SLOT_SELF}, from_pc at {SLOT_FROM}, count at {SLOT_COUNT}
+    # (from the table base plus the slot offset); the hash multiplier {HASH_MUL} comes from
+    # instrfn_hash_mul (asm/data.s).
 
     .data
     # Vector facility, found by the first slow path: 0 = not yet known, 1 = absent, 2 = present
@@ -112,26 +117,29 @@ instrfn_s390x_\name:
     ear %r2,%a1
     larl %r4,instrfn_tls@indntpoff          # GOT slot: offset of Tls from the thread pointer
     ag %r2,0(%r4)                           # r2 = &Tls
-    cghsi 8(%r2),0                          # guard held: runtime code is running on this thread
+    cghsi {TLS_GUARD}(%r2),0                          # guard held: runtime code is running here
     jne .Lout_\name
     larl %r4,instrfn_enabled
     cli 0(%r4),0
     je .Lout_\name
-    lg %r2,0(%r2)                           # this thread's ArcTable
+    lg %r2,{TLS_TABLE}(%r2)                           # this thread's ArcTable
     ltgr %r2,%r2
     jz .Lslow_\name
-    rllg %r4,%r3,32                         # slot offset = hash(from_pc, self_pc) & mask
-    xgr %r4,%r1
-    msgfi %r4,0x5bd1e995
-    srlg %r4,%r4,27
+    rllg %r4,%r1,32                         # slot offset = hash(from_pc, self_pc)
+    xgr %r4,%r3
+    larl %r5,instrfn_hash_mul
+    msg %r4,0(%r5)
+    llgc %r5,{TBL_SHIFT}(%r2)
+    srlg %r4,%r4,0(%r5)
+    sllg %r4,%r4,{SLOT_SHIFT}
 .Lprobe_\name:
-    ng %r4,0(%r2)
-    la %r5,64(%r4,%r2)                      # the slot
+    ng %r4,{TBL_MASK}(%r2)                           # mask (a no-op on the first probe)
+    la %r5,{SLOT_SELF}(%r4,%r2)                      # the slot
     cg %r1,0(%r5)                           # slot.self_pc
     jne .Lmiss_\name
-    cg %r3,8(%r5)                           # slot.from_pc
+    cg %r3,{SLOT_FROM}-{SLOT_SELF}(%r5)                           # slot.from_pc
     jne .Lnext_\name
-    agsi 16(%r5),1                          # slot.count: one instruction, so a signal handler
+    agsi {SLOT_COUNT}-{SLOT_SELF}(%r5),1                          # slot.count: one instruction, so a signal handler
                                             # that counts on this thread never tears it
 .Lout_\name:
     lmg %r2,%r5,16(%r15)
@@ -140,29 +148,38 @@ instrfn_s390x_\name:
     cghsi 0(%r5),0                          # empty slot: the arc is not in the table
     je .Linsert_\name
 .Lnext_\name:
-    aghi %r4,32
+    aghi %r4,{SLOT_SIZE}
     j .Lprobe_\name
 .Linsert_\name:
-    # A new arc, inserted here unless the table is half full (then the slow path grows it;
-    # r4 need not survive that way: the slow path reloads r2-r5 from the save area).
-    lg %r4,16(%r2)                          # len < limit?
-    clg %r4,32(%r2)
-    jnl .Lslow_\name
+    # A new arc, inserted here while the table holds fewer than `limit` arcs (else the slow
+    # path grows it; r4 need not survive that way: the slow path reloads r2-r5 from the save
+    # area).
+    lg %r4,{TBL_LEN}(%r2)                          # len < limit?
+    clg %r4,{TBL_LIMIT}(%r2)
+    jnl .Lfull_\name
     lghi %r4,0
     csg %r4,%r1,0(%r5)                      # claim: self_pc into a slot still 0
     jne .Lraced_\name
     # z/Architecture stores become visible to other CPUs in program order (no store-store
     # reordering), so a reader that sees the count also sees from_pc.
-    stg %r3,8(%r5)                          # from_pc
-    agsi 16(%r5),1                          # count: 0 -> 1, one instruction
-    agsi 16(%r2),1                          # len, one instruction
+    stg %r3,{SLOT_FROM}-{SLOT_SELF}(%r5)                          # from_pc
+    agsi {SLOT_COUNT}-{SLOT_SELF}(%r5),1                          # count: 0 -> 1, one instruction
+    agsi {TBL_LEN}(%r2),1                          # len, one instruction
     lmg %r2,%r5,16(%r15)
     br %r1
 .Lraced_\name:
     # A signal handler claimed the slot first: probe it again (it may hold our own arc now).
-    lay %r4,-64(%r5)                        # slot offset = slot - table - 64
+    lay %r4,-{SLOT_SELF}(%r5)                        # slot offset = slot - table - {SLOT_SELF}
     sgr %r4,%r2
     j .Lprobe_\name
+.Lfull_\name:
+    # The table holds `limit` arcs: the last table of a chain (INSTRFN_MAX_ARCS reached)
+    # counts the call as lost right here; any other grows in the slow path.
+    cli {TBL_LAST}(%r2),0
+    je .Lslow_\name
+    agsi {TBL_LOST}(%r2),1
+    lmg %r2,%r5,16(%r15)
+    br %r1
 .Lslow_\name:
     j instrfn_s390x_slow                    # r1 = self_pc, r3 = from_pc, r2-r5 in the save area
     .cfi_endproc
@@ -250,7 +267,7 @@ instrfn_s390x_slow:
     ear %r13,%a1
     larl %r1,instrfn_tls@indntpoff
     ag %r13,0(%r1)                   # r13 = &Tls
-    mvghi 8(%r13),1                  # guard: counting calls made by the runtime itself return
+    mvghi {TLS_GUARD}(%r13),1                  # guard: counting calls made by the runtime return
 
     # Vector facility: known after the first slow path of the process. That first one asks
     # getauxval(AT_HWCAP) with f0-f15 saved and v0-v31 not yet: getauxval is plain C in glibc
@@ -286,7 +303,7 @@ instrfn_s390x_slow:
     lgr %r3,%r12                     # arg 1: from_pc
     lgr %r4,%r10                     # arg 2: self_pc
     brasl %r14,instrfn_slow_path@PLT
-    mvghi 8(%r13),0
+    mvghi {TLS_GUARD}(%r13),0
 
     RESTORE_SIGNALS 160
 
@@ -387,16 +404,16 @@ instrfn_s390x_guarded:
     ear %r13,%a1
     larl %r1,instrfn_tls@indntpoff
     ag %r13,0(%r1)                   # r13 = &Tls
-    lg %r0,8(%r13)
+    lg %r0,{TLS_GUARD}(%r13)
     stg %r0,176(%r15)                # old guard
-    mvghi 8(%r13),1
+    mvghi {TLS_GUARD}(%r13),1
     lgr %r2,%r6
     lgr %r3,%r7
     lgr %r4,%r8
     basr %r14,%r12
     lgr %r9,%r2                      # the result
     lg %r0,176(%r15)
-    stg %r0,8(%r13)
+    stg %r0,{TLS_GUARD}(%r13)
     brasl %r14,__errno_location@PLT
     l %r0,168(%r15)
     st %r0,0(%r2)

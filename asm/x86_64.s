@@ -17,18 +17,24 @@
 #              libc), blocks all signals, sets the guard and calls the Rust
 #              `instrfn_slow_path(tls, from_pc, self_pc)`.
 #
-# Shared layouts (keep in sync with src/thread.rs `Tls` and src/arcs.rs `ArcTable`/`Slot`):
+# Shared layouts: the `{{NAME}}` operands are Rust constants (src/arch/mod.rs, trampoline_asm!),
+# defined once with src/thread.rs `Tls` and src/arcs.rs `ArcTable`/`Slot`:
 #   Tls, one per thread in .tbss (initial-exec TLS, reached through %fs):
-#      0  table   current ArcTable of this thread, 0 until the slow path gives it one
-#      8  guard   nonzero while runtime code runs on this thread: counting calls return at once
-#     16  block   the ThreadBlock that owns `table`
-#   ArcTable:
-#      0  mask    (capacity - 1) * 32: a byte-offset mask over the slot array
-#     16  len     occupied slots
-#     32  limit   capacity / 2: the fast path inserts only while len < limit
-#     64  slots   capacity slots of 32 bytes: self_pc, from_pc, count, unused
-#   slot byte offset = ((((from_pc rotl 32) ^ self_pc) * 0x5bd1e995) >> 27) & mask, then linear
-#   probing in steps of 32 bytes; a slot whose self_pc is 0 is empty.
+#      {TLS_TABLE}  table   current ArcTable of this thread, 0 until the slow path gives it one
+#      {TLS_GUARD}  guard   nonzero while runtime code runs on this thread: counting calls
+#                           return at once
+#   ArcTable header, then capacity slots of {SLOT_SIZE} bytes (self_pc, from_pc, count, unused):
+#      {TBL_MASK}   mask    (capacity - 1) * {SLOT_SIZE}: a byte-offset mask over the slots
+#      {TBL_LEN}   len     occupied slots
+#      {TBL_LIMIT}   limit   the fast path inserts only while len < limit
+#      {TBL_SHIFT}   shift   64 - log2(capacity), one byte
+#      {TBL_LAST}   last    one byte, nonzero: the table never grows; a call of an arc that
+#                           does not fit is counted in `lost` here, not in the slow path
+#      {TBL_LOST}   lost
+#   Slot fields are addressed from the table base plus the slot's byte offset: self_pc at
+#   {SLOT_SELF}, from_pc at {SLOT_FROM}, count at {SLOT_COUNT}; a slot whose self_pc is 0 is empty.
+#   Slot byte offset = (((from_pc ^ (self_pc rotl 32)) * {HASH_MUL}) >> shift) * {SLOT_SIZE},
+#   then linear probing in steps of {SLOT_SIZE} bytes (src/arcs.rs `hash`).
 
     # Shared data (instrfn_tls, instrfn_enabled, instrfn_all_signals) is in asm/data.s.
 
@@ -71,9 +77,9 @@ instrfn_x86_64_xsave_size:
 # FAST_PATH name, from
 #   Entry: (%rsp) = self_pc, the return address into the instrumented function; \from is the
 #   operand holding from_pc, the instrumented function's own return address.
-#   Registers: every register is preserved. rax, rcx, rdx, rsi (and rdi when inserting) are
-#   used as scratch and saved in the red zone at -8 .. -40(%rsp); flags are clobbered (a call
-#   may clobber them).
+#   Registers: every register is preserved. rax, rcx, rdx, rsi and rdi are used as scratch and
+#   saved in the red zone at -8 .. -40(%rsp); flags are clobbered (a call may clobber them).
+#   In the body: rax = table, rsi = self_pc, rdx = from_pc, rdi = slot byte offset.
 #   The stack is never adjusted, so the CFA is %rsp+8 throughout and no CFI rows are needed
 #   beyond the default.
     .macro FAST_PATH name, from
@@ -87,68 +93,76 @@ instrfn_x86_64_\name:
     movq %rcx, -16(%rsp)
     movq %rdx, -24(%rsp)
     movq %rsi, -32(%rsp)
+    movq %rdi, -40(%rsp)
     movq instrfn_tls@gottpoff(%rip), %rax   # offset of Tls from the thread pointer
     movq \from, %rdx                        # from_pc
-    movq (%rsp), %rcx                       # self_pc
-    cmpq $0, %fs:8(%rax)                    # guard held: runtime code is running on this thread
+    movq (%rsp), %rsi                       # self_pc
+    cmpq $0, %fs:{TLS_GUARD}(%rax)             # guard held: runtime code is running here
     jne .Lout_\name
     cmpb $0, instrfn_enabled(%rip)
     je .Lout_\name
-    movq %fs:(%rax), %rax                   # this thread's ArcTable
+    movq %fs:{TLS_TABLE}(%rax), %rax             # this thread's ArcTable
     testq %rax, %rax
     jz .Lslow_\name
-    movq %rdx, %rsi                         # slot offset = hash(from_pc, self_pc) & mask
-    rolq $32, %rsi
-    xorq %rcx, %rsi
-    imulq $0x5bd1e995, %rsi, %rsi
-    shrq $27, %rsi
+    movq %rsi, %rdi                         # slot offset = hash(from_pc, self_pc)
+    rolq $32, %rdi
+    xorq %rdx, %rdi
+    movabsq ${HASH_MUL}, %rcx
+    imulq %rcx, %rdi
+    movzbl {TBL_SHIFT}(%rax), %ecx
+    shrq %cl, %rdi
+    shlq ${SLOT_SHIFT}, %rdi                           # * {SLOT_SIZE}
 .Lprobe_\name:
-    andq (%rax), %rsi
-    cmpq %rcx, 64(%rax,%rsi)                # slot.self_pc
+    cmpq %rsi, {SLOT_SELF}(%rax,%rdi)            # slot.self_pc
     jne .Lmiss_\name
-    cmpq %rdx, 72(%rax,%rsi)                # slot.from_pc
+    cmpq %rdx, {SLOT_FROM}(%rax,%rdi)            # slot.from_pc
     jne .Lnext_\name
-    incq 80(%rax,%rsi)                      # slot.count: one instruction, so a signal handler
+    incq {SLOT_COUNT}(%rax,%rdi)                 # slot.count: one instruction, so a signal handler
                                             # that counts on this thread never tears it
 .Lout_\name:
     movq -8(%rsp), %rax
     movq -16(%rsp), %rcx
     movq -24(%rsp), %rdx
     movq -32(%rsp), %rsi
+    movq -40(%rsp), %rdi
     ret
 .Lmiss_\name:
-    cmpq $0, 64(%rax,%rsi)                  # empty slot: the arc is not in the table
+    cmpq $0, {SLOT_SELF}(%rax,%rdi)              # empty slot: the arc is not in the table
     je .Linsert_\name
 .Lnext_\name:
-    addq $32, %rsi
+    addq ${SLOT_SIZE}, %rdi
+    andq {TBL_MASK}(%rax), %rdi
     jmp .Lprobe_\name
 .Linsert_\name:
-    # A new arc, inserted here unless the table is half full (then the slow path grows it).
-    # The slot is claimed with one cmpxchg of its self_pc (a signal handler on this thread
-    # may have claimed it meanwhile: then probe it again), then from_pc and the count are
-    # stored, in that order, so a reader on another thread that sees a count sees from_pc.
-    movq %rdi, -40(%rsp)
-    movq %rax, %rdi                         # rdi = table
-    movq 16(%rdi), %rax
-    cmpq 32(%rdi), %rax                     # len < limit?
+    # A new arc, inserted here while the table holds fewer than `limit` arcs. The slot is
+    # claimed with one cmpxchg of its self_pc (a signal handler on this thread may have claimed
+    # it meanwhile: then probe it again), then from_pc and the count are stored, in that
+    # order, so a reader on another thread that sees a count sees from_pc. cmpxchg compares
+    # with rax, so the table moves to rcx here.
+    movq {TBL_LEN}(%rax), %rcx
+    cmpq {TBL_LIMIT}(%rax), %rcx                # len < limit?
     jae .Lfull_\name
+    movq %rax, %rcx                         # rcx = table
     xorl %eax, %eax
-    cmpxchgq %rcx, 64(%rdi,%rsi)            # claim: self_pc into a slot still 0
-    jne .Lraced_\name
-    movq %rdx, 72(%rdi,%rsi)                # from_pc
-    incq 80(%rdi,%rsi)                      # count: 0 -> 1
-    incq 16(%rdi)                           # len
-    movq -40(%rsp), %rdi
+    cmpxchgq %rsi, {SLOT_SELF}(%rcx,%rdi)        # claim: self_pc into a slot still 0
+    movq %rcx, %rax
+    jne .Lprobe_\name                       # raced: probe the same slot again
+    movq %rdx, {SLOT_FROM}(%rax,%rdi)            # from_pc
+    incq {SLOT_COUNT}(%rax,%rdi)                 # count: 0 -> 1
+    incq {TBL_LEN}(%rax)                        # len
     jmp .Lout_\name
-.Lraced_\name:
-    movq %rdi, %rax
-    movq -40(%rsp), %rdi
-    jmp .Lprobe_\name
 .Lfull_\name:
-    movq -40(%rsp), %rdi
+    # The table holds `limit` arcs. The last table of a chain (INSTRFN_MAX_ARCS reached)
+    # counts the call as lost right here; any other grows in the slow path.
+    cmpb $0, {TBL_LAST}(%rax)
+    je .Lslow_\name
+    incq {TBL_LOST}(%rax)
+    jmp .Lout_\name
 .Lslow_\name:
-    movq -8(%rsp), %rax                     # hand over: rcx = self_pc, rdx = from_pc, the
-    movq -32(%rsp), %rsi                    # caller's rcx/rdx stay in the red zone
+    movq %rsi, %rcx                         # hand over: rcx = self_pc, rdx = from_pc, the
+    movq -8(%rsp), %rax                     # caller's rcx/rdx stay in the red zone
+    movq -32(%rsp), %rsi
+    movq -40(%rsp), %rdi
     jmp instrfn_x86_64_slow
     .cfi_endproc
     .size instrfn_x86_64_\name, .-instrfn_x86_64_\name
@@ -243,13 +257,13 @@ instrfn_x86_64_slow:
     BLOCK_SIGNALS
 
     movq instrfn_tls@gottpoff(%rip), %rbx
-    movq $1, %fs:8(%rbx)             # guard: counting calls made by the runtime itself return
+    movq $1, %fs:{TLS_GUARD}(%rbx)             # guard: counting calls made by the runtime return
     movq %fs:0, %rdi
     addq %rbx, %rdi                  # arg 0: &Tls
     movq %r13, %rsi                  # arg 1: from_pc
     movq %r12, %rdx                  # arg 2: self_pc
     call instrfn_slow_path
-    movq $0, %fs:8(%rbx)
+    movq $0, %fs:{TLS_GUARD}(%rbx)
 
     RESTORE_SIGNALS
     addq $16, %rsp
@@ -374,16 +388,16 @@ instrfn_x86_64_guarded:
     movl (%rax), %eax
     movl %eax, 8(%rsp)
     movq instrfn_tls@gottpoff(%rip), %rbx
-    movq %fs:8(%rbx), %rax
+    movq %fs:{TLS_GUARD}(%rbx), %rax
     movq %rax, 16(%rsp)
-    movq $1, %fs:8(%rbx)
+    movq $1, %fs:{TLS_GUARD}(%rbx)
     movq %r13, %rdi
     movq %r14, %rsi
     movq %r15, %rdx
     call *%r12
     movq %rax, %r12
     movq 16(%rsp), %rax
-    movq %rax, %fs:8(%rbx)
+    movq %rax, %fs:{TLS_GUARD}(%rbx)
     call __errno_location@PLT
     movl 8(%rsp), %ecx
     movl %ecx, (%rax)

@@ -127,11 +127,6 @@ impl Config {
     pub fn prefix(&self) -> Option<&[u8]> {
         (self.prefix_len > 0).then(|| &self.prefix[..self.prefix_len])
     }
-
-    /// The largest table capacity (slots) that holds `max_arcs` at half load.
-    pub fn max_capacity(&self) -> usize {
-        (self.max_arcs * 2).next_power_of_two()
-    }
 }
 
 /// A set, non-empty variable.

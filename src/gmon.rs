@@ -140,6 +140,8 @@ pub struct Summary {
     pub samples: u64,
     pub samples_outside: u64,
     pub samples_saturated: u64,
+    /// Probe lengths over the arcs of every thread's current table: (arcs, sum, longest).
+    pub probes: (u64, u64, u64),
 }
 
 /// Holds the writer lock across fork (prepare handler), so the child never inherits it held.
@@ -213,6 +215,11 @@ fn write_to(rt: &Runtime, path: &CStr) -> Result<Summary, c_int> {
         samples: 0,
         samples_outside: 0,
         samples_saturated: 0,
+        probes: thread::blocks()
+            .map(|b| arcs::probe_stats(&b.table))
+            .fold((0, 0, 0), |(n, sum, max), (bn, bsum, bmax)| {
+                (n + bn, sum + bsum, max.max(bmax))
+            }),
     };
     let (fd, tmp) = create_temporary(path)?;
     let Some(buf) = Scratch::new(64 * 1024) else {
@@ -314,7 +321,7 @@ fn collect_arcs() -> Option<(Scratch<Arc>, u64)> {
         let mut lost = 0;
         let mut complete = true;
         for block in thread::blocks() {
-            lost += block.lost.load(Ordering::Relaxed);
+            lost += arcs::chain_lost(&block.table);
             arcs::for_each_arc(&block.table, |from, to, count| {
                 complete &= all.push(Arc { from, to, count });
             });
@@ -436,10 +443,11 @@ fn report(rt: &Runtime, path: &CStr, s: &Summary) {
     }
     if rt.config.verbose {
         let (blocks, threads) = thread::block_stats();
+        let mean_x100 = (s.probes.1 * 100).checked_div(s.probes.0).unwrap_or(0);
         message!(
             "wrote {}: {} arcs, {} calls, {} samples ({} outside the executable); {} arcs ({} calls) \
              from or into code outside the executable; {} thread blocks for {} claims; {} slow \
-             paths; {} calls lost",
+             paths; {} calls lost; probes per arc {}.{:02} mean, {} max",
             Bytes(path.to_bytes()),
             s.arcs,
             s.calls,
@@ -450,7 +458,10 @@ fn report(rt: &Runtime, path: &CStr, s: &Summary) {
             blocks,
             threads,
             crate::runtime::slow_paths(),
-            s.lost
+            s.lost,
+            mean_x100 / 100,
+            mean_x100 % 100,
+            s.probes.2
         );
     }
 }

@@ -170,7 +170,7 @@ fn record(tls: &mut Tls, from_pc: usize, self_pc: usize) {
         return;
     }
     if tls.table.is_null() {
-        let block = thread::claim_block();
+        let block = thread::claim_block(rt.config.max_arcs);
         if block.is_null() {
             LOST_WITHOUT_BLOCK.fetch_add(1, Ordering::Relaxed);
             return;
@@ -185,23 +185,12 @@ fn record(tls: &mut Tls, from_pc: usize, self_pc: usize) {
             unsafe { libc::pthread_setspecific(key as libc::pthread_key_t - 1, block.cast()) };
         }
     }
-    // SAFETY: tls.block is this thread's live block.
-    let block = unsafe { &*tls.block };
-    match arcs::insert(
-        // SAFETY: tls.table is the current table of that block.
-        unsafe { &*tls.table },
-        from_pc,
-        self_pc,
-        rt.config.max_capacity(),
-    ) {
-        Insert::Counted => {}
-        Insert::Grew(table) => {
-            block.table.store(table, Ordering::Release);
-            tls.table = table;
-        }
-        Insert::Full => {
-            block.lost.fetch_add(1, Ordering::Relaxed);
-        }
+    // SAFETY: tls.table is the current table of this thread's block.
+    let table = unsafe { &*tls.table };
+    if let Insert::Grew(table) = arcs::insert(table, from_pc, self_pc, rt.config.max_arcs) {
+        // SAFETY: tls.block is this thread's live block.
+        unsafe { (*tls.block).table.store(table, Ordering::Release) };
+        tls.table = table;
     }
 }
 

@@ -8,7 +8,7 @@
 //! million short threads uses as many blocks as it ever had threads alive at once.
 
 use core::ptr;
-use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
 use crate::arcs::{self, ArcTable};
 use crate::sys;
@@ -49,9 +49,8 @@ pub struct ThreadBlock {
     /// FREE or LIVE.
     state: AtomicU32,
     /// Current table of the chain (the owner replaces it when it grows; readers Acquire it).
+    /// The tables count the calls they could not take themselves.
     pub table: AtomicPtr<ArcTable>,
-    /// Calls this block could not count (table at its limit, or no memory).
-    pub lost: AtomicU64,
 }
 
 /// Head of the registry: every block ever made, newest first. Blocks are never freed.
@@ -65,7 +64,7 @@ static CLAIMS: AtomicUsize = AtomicUsize::new(0);
 
 /// Gives the calling thread a block: a free one from the registry, or a new one. Lock-free.
 /// Returns null if no memory could be mapped.
-pub fn claim_block() -> *mut ThreadBlock {
+pub fn claim_block(max_arcs: usize) -> *mut ThreadBlock {
     CLAIMS.fetch_add(1, Ordering::Relaxed);
     let mut b = BLOCKS.load(Ordering::Acquire);
     while !b.is_null() {
@@ -81,7 +80,7 @@ pub fn claim_block() -> *mut ThreadBlock {
         }
         b = block.next;
     }
-    let Some(table) = ArcTable::create(arcs::INITIAL_CAPACITY, ptr::null_mut()) else {
+    let Some(table) = ArcTable::create_first(max_arcs) else {
         return ptr::null_mut();
     };
     let Some(mem) = sys::map_zeroed(core::mem::size_of::<ThreadBlock>()) else {
@@ -96,7 +95,6 @@ pub fn claim_block() -> *mut ThreadBlock {
                 next: head,
                 state: AtomicU32::new(LIVE),
                 table: AtomicPtr::new(table),
-                lost: AtomicU64::new(0),
             });
         }
         match BLOCKS.compare_exchange_weak(head, new, Ordering::Release, Ordering::Relaxed) {
@@ -144,7 +142,6 @@ pub fn reset_after_fork(current: *mut ThreadBlock) {
         if !ptr::eq(block, current) {
             block.state.store(FREE, Ordering::Relaxed);
         }
-        block.lost.store(0, Ordering::Relaxed);
         arcs::zero_counts(block.table.load(Ordering::Relaxed));
     }
     CLAIMS.store(if current.is_null() { 0 } else { 1 }, Ordering::Relaxed);

@@ -3,9 +3,7 @@
 //! There is no `__fentry__` on aarch64. The routines and their register contracts are in
 //! `asm/aarch64.s`.
 
-use core::arch::global_asm;
-
-global_asm!(include_str!("../../asm/aarch64.s"));
+trampoline_asm!("../../asm/aarch64.s");
 
 /// `naked_asm!` as the assembly is written (default options).
 macro_rules! naked {

@@ -56,6 +56,40 @@ macro_rules! guarded_entry {
     };
 }
 
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64",
+    target_arch = "s390x"
+))]
+/// Assembles an `asm/<arch>.s` with the layouts it shares with Rust passed as named `const`
+/// operands (`{TLS_GUARD}`, `{TBL_LEN}`, `{SLOT_COUNT}`, `{HASH_MUL}`, ...): every offset and
+/// constant is defined once, in `src/thread.rs` and `src/arcs.rs`. (rustc requires every operand
+/// to be used, so each file names all of them at least in its header comment; braces in the
+/// files are placeholders, so they appear nowhere else.)
+macro_rules! trampoline_asm {
+    ($file:literal $(, $opt:ident)?) => {
+        core::arch::global_asm!(
+            include_str!($file),
+            TLS_TABLE = const core::mem::offset_of!(crate::thread::Tls, table),
+            TLS_GUARD = const core::mem::offset_of!(crate::thread::Tls, guard),
+            TBL_MASK = const crate::arcs::layout::MASK,
+            TBL_LEN = const crate::arcs::layout::LEN,
+            TBL_LIMIT = const crate::arcs::layout::LIMIT,
+            TBL_SHIFT = const crate::arcs::layout::SHIFT,
+            TBL_LAST = const crate::arcs::layout::LAST,
+            TBL_LOST = const crate::arcs::layout::LOST,
+            SLOT_SELF = const crate::arcs::SLOTS_OFFSET + crate::arcs::layout::SELF_PC,
+            SLOT_FROM = const crate::arcs::SLOTS_OFFSET + crate::arcs::layout::FROM_PC,
+            SLOT_COUNT = const crate::arcs::SLOTS_OFFSET + crate::arcs::layout::COUNT,
+            SLOT_SIZE = const crate::arcs::SLOT_BYTES,
+            SLOT_SHIFT = const crate::arcs::SLOT_BYTES.trailing_zeros(),
+            HASH_MUL = const crate::arcs::HASH_MUL,
+            $(options($opt))?
+        );
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 #[macro_use]
 mod x86_64;
@@ -91,7 +125,10 @@ pub use s390x::*;
 mod shared {
     use core::sync::atomic::AtomicU8;
 
-    core::arch::global_asm!(include_str!("../../asm/data.s"));
+    core::arch::global_asm!(
+        include_str!("../../asm/data.s"),
+        HASH_MUL = const crate::arcs::HASH_MUL
+    );
 
     unsafe extern "C" {
         fn instrfn_tls_get() -> *mut crate::thread::Tls;

@@ -8,9 +8,7 @@
 //! assembly. The `guarded_entry!` stubs live in other modules and use an `auipc`/`jalr` pair
 //! through t2, which reaches anywhere.
 
-use core::arch::global_asm;
-
-global_asm!(include_str!("../../asm/riscv64.s"));
+trampoline_asm!("../../asm/riscv64.s");
 
 /// `naked_asm!` as the assembly is written (default options).
 macro_rules! naked {

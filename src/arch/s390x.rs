@@ -3,9 +3,7 @@
 //! from_pc = %r14, return through %r1). The routines and their register contracts are in
 //! `asm/s390x.s`.
 
-use core::arch::global_asm;
-
-global_asm!(include_str!("../../asm/s390x.s"));
+trampoline_asm!("../../asm/s390x.s");
 
 /// `naked_asm!` as the assembly is written (default options).
 macro_rules! naked {

@@ -2,9 +2,7 @@
 //! `__fentry__` before it (from_pc at `8(%rsp)`). The routines and their register contracts are
 //! in `asm/x86_64.s`.
 
-use core::arch::global_asm;
-
-global_asm!(include_str!("../../asm/x86_64.s"), options(att_syntax));
+trampoline_asm!("../../asm/x86_64.s", att_syntax);
 
 /// `naked_asm!` in AT&T syntax, like asm/x86_64.s.
 macro_rules! naked {
