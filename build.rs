@@ -1,10 +1,13 @@
-//! Tells the user when the target has no trampolines: the crate still builds, but records
-//! nothing.
+//! Builds the C wrappers of libc's exec, spawn and dlclose entry points (src/interpose.c) on
+//! glibc targets, and tells the user when the target has no trampolines: the crate still
+//! builds, but records nothing.
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=asm");
+    println!("cargo:rerun-if-changed=src/interpose.c");
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
     let os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
+    let env = std::env::var("CARGO_CFG_TARGET_ENV").unwrap_or_default();
     let supported =
         os == "linux" && matches!(arch.as_str(), "x86_64" | "aarch64" | "riscv64" | "s390x");
     if !supported {
@@ -12,5 +15,21 @@ fn main() {
             "cargo:warning=instrfn has no trampolines for {arch}-{os}: the crate builds, \
              but nothing is counted"
         );
+        return;
+    }
+    if env == "gnu" {
+        // Never instrumented: the wrappers run outside the runtime's guard, so a counting call
+        // from one of them would count the runtime itself.
+        cc::Build::new()
+            .file("src/interpose.c")
+            .flag("-fno-instrument-functions")
+            .flag("-fno-stack-protector")
+            .cargo_metadata(false)
+            .compile("instrfn_interpose");
+        let out = std::env::var("OUT_DIR").unwrap();
+        println!("cargo:rustc-link-search=native={out}");
+        // Whole archive: nothing in the runtime refers to the wrappers, the program does.
+        println!("cargo:rustc-link-lib=static:+whole-archive=instrfn_interpose");
+        println!("cargo:rustc-link-lib=dl");
     }
 }

@@ -46,3 +46,28 @@ instrfn_all_signals:
 # The Rust slow path is an internal symbol of whatever links the runtime: never exported from
 # libinstrfn.so, so a program cannot replace it and calls to it bind locally.
     .hidden instrfn_slow_path
+
+# The runtime's load-time constructor and exit destructor (src/runtime.rs). Listed here, in
+# the object that also holds instrfn_tls (which every trampoline references), so no link
+# of the runtime (static archive, rlib, shared library) leaves them out.
+    .section .init_array,"aw",%init_array
+    .p2align 3
+    .quad instrfn_on_load
+    .section .fini_array,"aw",%fini_array
+    .p2align 3
+    .quad instrfn_on_exit
+
+# Runtime-internal entry points that Rust must define with #[no_mangle]: hidden, so a shared
+# libinstrfn.so exports only the ABI's names and the documented C API (the strictest visibility
+# of a symbol in any object of a link wins).
+    .hidden instrfn_on_load
+    .hidden instrfn_on_exit
+    .hidden instrfn_exec_prepare
+    .hidden instrfn_exec_failed
+    .hidden instrfn_spawn_marker
+    .hidden instrfn_module_closing
+    .hidden instrfn_module_closed
+    .hidden instrfn_runtime
+    .hidden instrfn_calls_lost
+    .hidden instrfn_debug_call_guarded
+    .hidden instrfn_debug_clear_thread

@@ -2,6 +2,13 @@
 //! a 20-byte header (`"gmon"`, version, 12 zero bytes), then records tagged 0 (pc histogram)
 //! and 1 (call arc), in the target's byte order, at link-time addresses.
 //!
+//! One profile per module: the main executable's (named by src/process.rs), and one for each
+//! shared library with instrumented code, `<that name>.<library file name>`, in the library's
+//! own link-time addresses, so `gprof libfoo.so gmon.out.libfoo.so` reads it. An arc goes to the
+//! profile of the module that holds both its ends (gprof drops the others); a library unloaded
+//! by `dlclose` gets its profile written then, and its counts are kept apart from whatever is
+//! loaded at the same address later (src/retired.rs).
+//!
 //! Counts never wrap: a histogram bin above 65535 is split over several records with the same
 //! range (gprof sums them), an arc count above 2^32-1 over several arc records (gprof sums
 //! duplicate arcs too).
@@ -13,12 +20,12 @@
 use core::ffi::{CStr, c_int};
 use core::fmt::Write as _;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use crate::exe::Executable;
+use crate::modules::Module;
 use crate::runtime::Runtime;
 use crate::sys::{self, Bytes, Errno, StackBuf};
-use crate::{arcs, sampler, thread};
+use crate::{arcs, process, retired, sampler, thread};
 
 const GMON_MAGIC: &[u8; 4] = b"gmon";
 const GMON_VERSION: u32 = 1;
@@ -26,29 +33,79 @@ const TAG_HIST: u8 = 0;
 const TAG_ARC: u8 = 1;
 const HIST_MAX: u64 = u16::MAX as u64;
 const ARC_MAX: u64 = u32::MAX as u64;
+/// Room for a profile path: GMON_OUT_PREFIX, the pid and image suffixes, a library name.
+pub const PATH_MAX: usize = crate::config::MAX_PREFIX + 64 + crate::modules::MAX_PATH;
 
-/// Serialises writers (exit, API, dump signal). Control plane only.
-static WRITING: spin::Mutex<()> = spin::Mutex::new(());
+/// Serialises writers (exit, API, dump signal, exec, dlclose, crash). Control plane only.
+static WRITER: WriterLock = WriterLock {
+    owner: AtomicU32::new(0),
+};
 /// Warnings that should be printed once per process, not at every write.
 static WARNED_HANDLER: AtomicBool = AtomicBool::new(false);
 
+/// A spin lock that knows its owner thread, so that a writer re-entered on the thread that
+/// holds it (a crash inside the writer) gives up instead of spinning forever.
+struct WriterLock {
+    /// Kernel tid of the holder, 0 when free.
+    owner: AtomicU32,
+}
+
+struct WriterGuard;
+
+impl WriterLock {
+    /// None if the calling thread holds the lock already.
+    fn lock(&self) -> Option<WriterGuard> {
+        let me = sys::gettid();
+        loop {
+            match self
+                .owner
+                .compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => return Some(WriterGuard),
+                Err(owner) if owner == me => return None,
+                Err(_) => core::hint::spin_loop(),
+            }
+        }
+    }
+}
+
+impl Drop for WriterGuard {
+    fn drop(&mut self) {
+        WRITER.owner.store(0, Ordering::Release);
+    }
+}
+
+/// In the child after fork: a writer that was running on another thread of the parent does
+/// not exist here; its lock is free.
+pub fn reset_after_fork() {
+    WRITER.owner.store(0, Ordering::Relaxed);
+}
+
 #[derive(Clone, Copy)]
 #[repr(C)]
-struct Arc {
-    from: usize,
-    to: usize,
+pub struct Arc {
+    pub from: usize,
+    pub to: usize,
+    pub count: u64,
+}
+
+/// One sampled pc and its samples.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct Sample {
+    pc: usize,
     count: u64,
 }
 
 /// Memory mapped for one write and unmapped when dropped.
-struct Scratch<T> {
+pub struct Scratch<T> {
     ptr: NonNull<T>,
     cap: usize,
     len: usize,
 }
 
 impl<T: Copy> Scratch<T> {
-    fn new(cap: usize) -> Option<Self> {
+    pub fn new(cap: usize) -> Option<Self> {
         let bytes = cap.max(1) * core::mem::size_of::<T>();
         Some(Scratch {
             ptr: sys::map_zeroed(bytes)?.cast(),
@@ -57,7 +114,7 @@ impl<T: Copy> Scratch<T> {
         })
     }
 
-    fn push(&mut self, v: T) -> bool {
+    pub fn push(&mut self, v: T) -> bool {
         if self.len == self.cap {
             return false;
         }
@@ -67,12 +124,17 @@ impl<T: Copy> Scratch<T> {
         true
     }
 
-    fn as_mut_slice(&mut self) -> &mut [T] {
+    pub fn as_slice(&self) -> &[T] {
+        // SAFETY: the first len elements were written by push.
+        unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
         // SAFETY: the first len elements were written by push.
         unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 
-    fn truncate(&mut self, len: usize) {
+    pub fn truncate(&mut self, len: usize) {
         self.len = self.len.min(len);
     }
 }
@@ -129,98 +191,212 @@ impl Out {
     }
 }
 
-/// What one write produced, for messages and the API.
-pub struct Summary {
-    pub arcs: usize,
-    pub calls: u64,
-    /// Arcs (and their calls) gprof cannot show: caller or callee outside the executable.
-    pub foreign_arcs: usize,
-    pub foreign_calls: u64,
-    pub lost: u64,
-    pub samples: u64,
-    pub samples_outside: u64,
-    pub samples_saturated: u64,
+/// What one profile holds, for messages.
+#[derive(Default)]
+struct Written {
+    arcs: usize,
+    calls: u64,
+    samples: u64,
+}
+
+/// What one write produced, for messages.
+struct Summary {
+    exe: Written,
+    /// Library profiles written, and what they hold together.
+    libraries: usize,
+    library: Written,
+    /// Arcs (and their calls) no profile holds: their ends lie in different modules, or in
+    /// code outside every module written (gprof could not show them).
+    foreign_arcs: usize,
+    foreign_calls: u64,
+    lost: u64,
+    samples: u64,
+    samples_lost: u64,
     /// Probe lengths over the arcs of every thread's current table: (arcs, sum, longest).
-    pub probes: (u64, u64, u64),
+    probes: (u64, u64, u64),
 }
 
-/// Holds the writer lock across fork (prepare handler), so the child never inherits it held.
-pub fn lock_for_fork() {
-    core::mem::forget(WRITING.lock());
+/// Everything recorded, gathered from every thread: arcs sorted by (from, to) and samples by
+/// pc, duplicates (across tables and threads) summed.
+pub struct Recorded {
+    pub arcs: Scratch<Arc>,
+    pub arcs_len: usize,
+    samples: Scratch<Sample>,
+    samples_len: usize,
+    lost: u64,
 }
 
-/// Releases the lock taken by [`lock_for_fork`], in the parent and in the child.
-pub fn unlock_after_fork() {
-    // SAFETY: lock_for_fork took it on this thread (the forking one) and forgot the guard.
-    unsafe { WRITING.force_unlock() };
+impl Recorded {
+    pub fn gather() -> Option<Recorded> {
+        let (mut arcs, lost) = collect_arcs()?;
+        let arcs_len = merge_duplicates(arcs.as_mut_slice()).len();
+        let mut samples = collect_samples()?;
+        let samples_len = merge_samples(samples.as_mut_slice()).len();
+        Some(Recorded {
+            arcs,
+            arcs_len,
+            samples,
+            samples_len,
+            lost,
+        })
+    }
+
+    pub fn arcs(&self) -> &[Arc] {
+        &self.arcs.as_slice()[..self.arcs_len]
+    }
+
+    fn samples(&self) -> &[Sample] {
+        &self.samples.as_slice()[..self.samples_len]
+    }
+
+    /// The samples with a pc in `[start, end)`.
+    fn samples_in(&self, start: usize, end: usize) -> &[Sample] {
+        let s = self.samples();
+        let lo = s.partition_point(|x| x.pc < start);
+        let hi = s.partition_point(|x| x.pc < end);
+        &s[lo..hi]
+    }
 }
 
-/// Writes the profile to its file. Returns 0 or an errno value (after printing why). `quiet`
-/// suppresses the summary and loss lines (a repeated exit write), not errors.
+/// Writes every profile. Returns 0 or an errno value (after printing why). `quiet` suppresses
+/// the summary and loss lines, not errors.
 pub fn write(rt: &Runtime, quiet: bool) -> c_int {
-    let _lock = WRITING.lock();
-    let mut path = StackBuf::<{ crate::config::MAX_PREFIX + 64 }>::new();
-    output_path(rt, &mut path);
+    let Some(_lock) = WRITER.lock() else {
+        return libc::EDEADLK;
+    };
+    let mut path = StackBuf::<PATH_MAX>::new();
+    process::profile_path(rt.config.prefix(), &mut path);
     let Some(path) = path.as_cstr() else {
         message!("the gmon.out path is too long or contains a NUL byte; nothing written");
         return libc::ENAMETOOLONG;
     };
-    match write_to(rt, path) {
-        Ok(summary) => {
-            if !quiet {
-                report(rt, path, &summary);
-            }
-            0
-        }
-        Err(e) => e,
-    }
-}
-
-/// `<prefix>.<pid>` with GMON_OUT_PREFIX, else `gmon.out`, or `gmon.out.<pid>` in a forked
-/// child so that parent and child never overwrite each other.
-fn output_path<const N: usize>(rt: &Runtime, path: &mut StackBuf<N>) {
-    // SAFETY: getpid has no preconditions.
-    let pid = unsafe { libc::getpid() };
-    match rt.config.prefix() {
-        Some(prefix) => {
-            path.push(prefix);
-            let _ = write!(path, ".{pid}");
-        }
-        None if rt.is_fork_child() => {
-            let _ = write!(path, "gmon.out.{pid}");
-        }
-        None => path.push(b"gmon.out"),
-    }
-}
-
-fn write_to(rt: &Runtime, path: &CStr) -> Result<Summary, c_int> {
-    let exe = &rt.exe;
-    let (mut arcs, lost) = collect_arcs().ok_or_else(|| {
+    let Some(rec) = Recorded::gather() else {
         message!(
-            "cannot map memory to collect the call arcs; {} not written",
+            "cannot map memory to collect the profile; {} not written",
             Bytes(path.to_bytes())
         );
-        libc::ENOMEM
-    })?;
-    let arcs = arcs.as_mut_slice();
-    arcs.sort_unstable_by_key(|a| (a.from, a.to));
-    let arcs = merge_duplicates(arcs);
-
+        return libc::ENOMEM;
+    };
+    let snap = sampler::snapshot();
+    if !snap.handler_intact && !WARNED_HANDLER.swap(true, Ordering::Relaxed) {
+        message!(
+            "the program replaced instrfn's SIGPROF handler; the pc histogram stops where it did"
+        );
+    }
     let mut summary = Summary {
-        arcs: 0,
-        calls: 0,
+        exe: Written::default(),
+        libraries: 0,
+        library: Written::default(),
         foreign_arcs: 0,
         foreign_calls: 0,
-        lost,
-        samples: 0,
-        samples_outside: 0,
-        samples_saturated: 0,
+        lost: rec.lost,
+        samples: rec.samples().iter().map(|s| s.count).sum(),
+        samples_lost: snap.lost,
         probes: thread::blocks()
             .map(|b| arcs::probe_stats(&b.table))
             .fold((0, 0, 0), |(n, sum, max), (bn, bsum, bmax)| {
                 (n + bn, sum + bsum, max.max(bmax))
             }),
     };
+    let result = write_profile(rt, path, &rt.exe, &rec, true);
+    let result = result.map(|w| summary.exe = w);
+    let mut placed = summary.exe.calls;
+    // Every shared library with instrumented code: a callee of some arc lies in it.
+    crate::modules::for_each_shared_object(|m| {
+        if !rec.arcs().iter().any(|a| m.contains(a.to)) {
+            return;
+        }
+        let mut lib_path = StackBuf::<PATH_MAX>::new();
+        lib_path.push(path.to_bytes());
+        lib_path.push(b".");
+        lib_path.push(m.file_name());
+        if let Some(lib_path) = lib_path.as_cstr()
+            && let Ok(w) = write_profile(rt, lib_path, m, &rec, false)
+        {
+            summary.libraries += 1;
+            summary.library.arcs += w.arcs;
+            summary.library.calls += w.calls;
+            summary.library.samples += w.samples;
+            placed += w.calls;
+        }
+    });
+    let total_calls: u64 = rec.arcs().iter().map(|a| a.count).sum();
+    let placed_arcs = summary.exe.arcs + summary.library.arcs;
+    summary.foreign_arcs = rec.arcs().len().saturating_sub(placed_arcs);
+    summary.foreign_calls = total_calls.saturating_sub(placed);
+    if !quiet {
+        report(rt, path, &summary);
+    }
+    match result {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}
+
+/// The library `m` has just been unloaded (src/interpose.c, dlclose): writes its profile now,
+/// and keeps its counts apart from whatever is loaded at its addresses later.
+pub fn write_unloaded(rt: &Runtime, m: &Module) {
+    let Some(_lock) = WRITER.lock() else {
+        return;
+    };
+    let Some(rec) = Recorded::gather() else {
+        message!("cannot map memory to write the profile of an unloaded library");
+        return;
+    };
+    if rec.arcs().iter().any(|a| m.contains(a.to)) {
+        let mut path = StackBuf::<PATH_MAX>::new();
+        process::profile_path(rt.config.prefix(), &mut path);
+        path.push(b".");
+        path.push(m.file_name());
+        if let Some(path) = path.as_cstr() {
+            let _ = write_profile(rt, path, m, &rec, false);
+        }
+    }
+    retired::record(m, &rec);
+}
+
+/// Writes the profile of one module at `path`: samples and arcs inside the module (the arcs
+/// and samples of an unloaded object that was mapped at the same place removed, those of
+/// earlier loads of the same library file added). `exe` adds the loss arc.
+fn write_profile(
+    rt: &Runtime,
+    path: &CStr,
+    m: &Module,
+    rec: &Recorded,
+    exe: bool,
+) -> Result<Written, c_int> {
+    let mut written = Written::default();
+    // The module's arcs, at link-time addresses.
+    let mine = rec
+        .arcs()
+        .iter()
+        .filter(|a| m.contains(a.from) && m.contains(a.to))
+        .count();
+    let extra = retired::earlier_loads(m);
+    let Some(mut arcs) = Scratch::<Arc>::new(mine + extra) else {
+        message!(
+            "cannot map memory for {}; not written",
+            Bytes(path.to_bytes())
+        );
+        return Err(libc::ENOMEM);
+    };
+    for a in rec.arcs() {
+        if m.contains(a.from) && m.contains(a.to) {
+            let count = a.count - retired::counted_before(a).min(a.count);
+            if count > 0 {
+                arcs.push(Arc {
+                    from: m.link_address(a.from),
+                    to: m.link_address(a.to),
+                    count,
+                });
+            }
+        }
+    }
+    retired::add_earlier_loads(m, |a| {
+        arcs.push(a);
+    });
+    let arcs = merge_duplicates(arcs.as_mut_slice());
+
     let (fd, tmp) = create_temporary(path)?;
     let Some(buf) = Scratch::new(64 * 1024) else {
         // SAFETY: fd was opened above; tmp is the NUL-terminated name we created.
@@ -235,46 +411,45 @@ fn write_to(rt: &Runtime, path: &CStr) -> Result<Summary, c_int> {
     out.u32(GMON_VERSION);
     out.bytes(&[0; 12]);
 
-    if sampler::active() {
-        let snap = sampler::snapshot(rt.config.hz);
-        summary.samples = snap.total;
-        summary.samples_outside = snap.outside;
-        summary.samples_saturated = snap.saturated;
-        if !snap.handler_intact && !WARNED_HANDLER.swap(true, Ordering::Relaxed) {
-            message!(
-                "the program replaced instrfn's SIGPROF handler; the pc histogram stops where it did"
-            );
+    match sampler::hz() {
+        Some(hz) => {
+            for seg in m.segments() {
+                let samples = rec.samples_in(seg.start, seg.end);
+                written.samples += samples.iter().map(|s| s.count).sum::<u64>();
+                write_histogram(&mut out, m, seg.start, seg.end, samples, hz);
+            }
         }
-        sampler::for_each_segment(|start, bins| {
-            write_histogram(&mut out, exe, start, bins, snap.rate)
-        });
-    } else if let Some(seg) = exe.segments().first() {
-        // gprof refuses a file without a histogram ("gmon.out file is missing histogram"):
-        // without sampling, write one empty bin, so the call counts can still be read.
-        let empty = [core::sync::atomic::AtomicU32::new(0)];
-        write_histogram(&mut out, exe, seg.start, &empty, rt.config.hz.max(1));
+        None => {
+            // gprof refuses a file without a histogram ("gmon.out file is missing
+            // histogram"): without sampling, write one empty bin, so the call counts can still
+            // be read.
+            if let Some(seg) = m.segments().first() {
+                write_histogram(
+                    &mut out,
+                    m,
+                    seg.start,
+                    seg.start + 4,
+                    &[],
+                    rt.config.hz.max(1),
+                );
+            }
+        }
     }
     for a in arcs.iter() {
-        if exe.contains(a.from) && exe.contains(a.to) {
-            summary.arcs += 1;
-            summary.calls += a.count;
-            write_arc(&mut out, exe, a);
-        } else {
-            summary.foreign_arcs += 1;
-            summary.foreign_calls += a.count;
-        }
+        written.arcs += 1;
+        written.calls += a.count;
+        write_arc(&mut out, a);
     }
     // Calls that could not be counted show up in gprof too, as calls of instrfn_calls_lost
     // from instrfn_runtime, when the runtime is part of the executable (linked, not preloaded).
     let (marker_from, marker_to) = crate::runtime::loss_markers();
-    if summary.lost > 0 && exe.contains(marker_from) && exe.contains(marker_to) {
+    if exe && rec.lost > 0 && m.contains(marker_from) && m.contains(marker_to) {
         write_arc(
             &mut out,
-            exe,
             &Arc {
-                from: marker_from,
-                to: marker_to,
-                count: summary.lost,
+                from: m.link_address(marker_from),
+                to: m.link_address(marker_to),
+                count: rec.lost,
             },
         );
     }
@@ -289,7 +464,7 @@ fn write_to(rt: &Runtime, path: &CStr) -> Result<Summary, c_int> {
     };
     // SAFETY: both are valid C strings; rename replaces the old profile atomically.
     if error == 0 && unsafe { libc::rename(tmp.as_c_ptr(), path.as_ptr()) } == 0 {
-        return Ok(summary);
+        return Ok(written);
     }
     let error = if error == 0 { sys::errno() } else { error };
     // SAFETY: tmp is a valid C string naming our temporary file.
@@ -298,14 +473,14 @@ fn write_to(rt: &Runtime, path: &CStr) -> Result<Summary, c_int> {
     Err(error)
 }
 
-/// One arc, as as many records as its count needs (gprof sums them).
-fn write_arc(out: &mut Out, exe: &Executable, a: &Arc) {
+/// One arc (link-time addresses), as as many records as its count needs (gprof sums them).
+fn write_arc(out: &mut Out, a: &Arc) {
     let mut left = a.count;
     while left > 0 {
         let n = left.min(ARC_MAX);
         out.bytes(&[TAG_ARC]);
-        out.addr(exe.link_address(a.from));
-        out.addr(exe.link_address(a.to));
+        out.addr(a.from);
+        out.addr(a.to);
         out.u32(n as u32);
         left -= n;
     }
@@ -317,7 +492,7 @@ fn write_arc(out: &mut Out, exe: &Executable, a: &Arc) {
 fn collect_arcs() -> Option<(Scratch<Arc>, u64)> {
     let mut room: usize = thread::blocks().map(|b| arcs::chain_len(&b.table)).sum();
     loop {
-        let mut all = Scratch::new(room)?;
+        let mut all = Scratch::new(room + 64)?;
         let mut lost = 0;
         let mut complete = true;
         for block in thread::blocks() {
@@ -333,8 +508,29 @@ fn collect_arcs() -> Option<(Scratch<Arc>, u64)> {
     }
 }
 
-/// Sums runs of equal (from, to) in a sorted slice, in place; returns the merged prefix.
-fn merge_duplicates(arcs: &mut [Arc]) -> &[Arc] {
+/// Every sample of every thread block, as [`collect_arcs`] does for arcs.
+fn collect_samples() -> Option<Scratch<Sample>> {
+    let mut room: usize = thread::blocks()
+        .map(|b| sampler::chain_len(&b.samples))
+        .sum();
+    loop {
+        let mut all = Scratch::new(room + 64)?;
+        let mut complete = true;
+        for block in thread::blocks() {
+            sampler::for_each_sample(&block.samples, |pc, count| {
+                complete &= all.push(Sample { pc, count });
+            });
+        }
+        if complete {
+            return Some(all);
+        }
+        room = room.saturating_mul(2);
+    }
+}
+
+/// Sorts arcs by (from, to) and sums runs of equal keys, in place; returns the merged prefix.
+fn merge_duplicates(arcs: &mut [Arc]) -> &mut [Arc] {
+    arcs.sort_unstable_by_key(|a| (a.from, a.to));
     let mut w = 0;
     for r in 0..arcs.len() {
         if w > 0 && arcs[w - 1].from == arcs[r].from && arcs[w - 1].to == arcs[r].to {
@@ -344,44 +540,77 @@ fn merge_duplicates(arcs: &mut [Arc]) -> &[Arc] {
             w += 1;
         }
     }
-    &arcs[..w]
+    &mut arcs[..w]
 }
 
-/// Histogram records for one segment: as many same-range records as the fullest bin needs.
+/// Sorts samples by pc and sums runs of the same pc; returns the merged prefix.
+fn merge_samples(s: &mut [Sample]) -> &mut [Sample] {
+    s.sort_unstable_by_key(|x| x.pc);
+    let mut w = 0;
+    for r in 0..s.len() {
+        if w > 0 && s[w - 1].pc == s[r].pc {
+            s[w - 1].count += s[r].count;
+        } else {
+            s[w] = s[r];
+            w += 1;
+        }
+    }
+    &mut s[..w]
+}
+
+/// Histogram records for one segment `[start, end)` (runtime addresses, multiples of 4), one
+/// bin per 4 bytes, from its samples sorted by pc: as many same-range records as the fullest
+/// bin needs.
 fn write_histogram(
     out: &mut Out,
-    exe: &Executable,
+    m: &Module,
     start: usize,
-    bins: &[core::sync::atomic::AtomicU32],
+    end: usize,
+    samples: &[Sample],
     rate: u32,
 ) {
-    let counts = |i: usize| bins[i].load(Ordering::Relaxed) as u64;
-    let max = (0..bins.len()).map(counts).max().unwrap_or(0);
+    let bins = (end - start) / 4;
+    // Samples of one bin are adjacent (sorted by pc): the fullest bin sets the record count.
+    let mut max = 0u64;
+    let mut i = 0;
+    while i < samples.len() {
+        let bin = (samples[i].pc - start) / 4;
+        let mut n = 0;
+        while i < samples.len() && (samples[i].pc - start) / 4 == bin {
+            n += samples[i].count;
+            i += 1;
+        }
+        max = max.max(n);
+    }
     let records = max.div_ceil(HIST_MAX).max(1);
-    let low = exe.link_address(start);
-    let high = low + bins.len() * 4;
+    let low = m.link_address(start);
+    let high = low + bins * 4;
     let mut dimension = [0u8; 15];
     dimension[..7].copy_from_slice(b"seconds");
     for r in 0..records {
         out.bytes(&[TAG_HIST]);
         out.addr(low);
         out.addr(high);
-        out.u32(bins.len() as u32);
+        out.u32(bins as u32);
         out.u32(rate);
         out.bytes(&dimension);
         out.bytes(b"s");
         let floor = r * HIST_MAX;
-        for i in 0..bins.len() {
-            let part = counts(i).saturating_sub(floor).min(HIST_MAX) as u16;
+        let mut next = 0; // index into samples
+        for bin in 0..bins {
+            let mut n = 0;
+            while next < samples.len() && (samples[next].pc - start) / 4 == bin {
+                n += samples[next].count;
+                next += 1;
+            }
+            let part = n.saturating_sub(floor).min(HIST_MAX) as u16;
             out.bytes(&part.to_ne_bytes());
         }
     }
 }
 
 /// Creates `<path>.<pid>-<n>.tmp` exclusively, next to the final file.
-fn create_temporary(
-    path: &CStr,
-) -> Result<(c_int, StackBuf<{ crate::config::MAX_PREFIX + 96 }>), c_int> {
+fn create_temporary(path: &CStr) -> Result<(c_int, StackBuf<{ PATH_MAX + 32 }>), c_int> {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
     for n in 0..16 {
@@ -435,26 +664,35 @@ fn report(rt: &Runtime, path: &CStr, s: &Summary) {
             rt.config.max_arcs
         );
     }
-    if s.samples_saturated > 0 {
+    if s.samples_lost > 0 {
         message!(
-            "{} pc samples were dropped: their histogram bin was full (2^32-1 samples)",
-            s.samples_saturated
+            "{} pc samples were not kept: a thread sampled more than {} distinct pcs, or memory \
+             ran out",
+            s.samples_lost,
+            sampler::MAX_PCS
         );
     }
     if rt.config.verbose {
         let (blocks, threads) = thread::block_stats();
         let mean_x100 = (s.probes.1 * 100).checked_div(s.probes.0).unwrap_or(0);
+        let outside = s.samples - s.exe.samples - s.library.samples;
         message!(
-            "wrote {}: {} arcs, {} calls, {} samples ({} outside the executable); {} arcs ({} calls) \
-             from or into code outside the executable; {} thread blocks for {} claims; {} slow \
-             paths; {} calls lost; probes per arc {}.{:02} mean, {} max",
+            "wrote {}: {} arcs, {} calls, {} samples ({} outside the executable); {} library \
+             profiles: {} arcs, {} calls, {} samples; {} arcs ({} calls) between modules or \
+             into code outside them; {} samples in no profile; {} thread blocks for {} claims; \
+             {} slow paths; {} calls lost; probes per arc {}.{:02} mean, {} max",
             Bytes(path.to_bytes()),
-            s.arcs,
-            s.calls,
+            s.exe.arcs,
+            s.exe.calls,
             s.samples,
-            s.samples_outside,
+            s.samples - s.exe.samples,
+            s.libraries,
+            s.library.arcs,
+            s.library.calls,
+            s.library.samples,
             s.foreign_arcs,
             s.foreign_calls,
+            outside,
             blocks,
             threads,
             crate::runtime::slow_paths(),
@@ -469,7 +707,6 @@ fn report(rt: &Runtime, path: &CStr, s: &Summary) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use core::sync::atomic::AtomicU32;
 
     #[inline(never)]
     #[unsafe(no_mangle)]
@@ -487,7 +724,7 @@ mod tests {
     /// records, summed by the real gprof reading this test binary's own symbols.
     #[test]
     fn large_counts_survive_gprof() {
-        let exe = Executable::find();
+        let exe = Module::executable();
         let (caller, callee) = (
             instrfn_test_caller as *const () as usize,
             instrfn_test_callee as *const () as usize,
@@ -503,18 +740,26 @@ mod tests {
         out.bytes(GMON_MAGIC);
         out.u32(GMON_VERSION);
         out.bytes(&[0; 12]);
-        // 200000 samples at 1000 Hz in the callee's first bin: 200 s, four same-range records.
-        let bins: Vec<AtomicU32> = (0..16)
-            .map(|i| AtomicU32::new(if i == 0 { 200_000 } else { 0 }))
-            .collect();
-        write_histogram(&mut out, &exe, callee & !3, &bins, 1000);
+        // 200000 samples at 1000 Hz in the callee's first bin (two pcs of it): 200 s, four
+        // same-range records.
+        let start = callee & !3;
+        let samples = [
+            Sample {
+                pc: start,
+                count: 150_000,
+            },
+            Sample {
+                pc: start + 2,
+                count: 50_000,
+            },
+        ];
+        write_histogram(&mut out, &exe, start, start + 64, &samples, 1000);
         let calls = 5_000_000_000u64;
         write_arc(
             &mut out,
-            &exe,
             &Arc {
-                from: caller + 1,
-                to: callee + 1,
+                from: exe.link_address(caller + 1),
+                to: exe.link_address(callee + 1),
                 count: calls,
             },
         );
@@ -548,32 +793,13 @@ mod tests {
 
     #[test]
     fn merges_sorted_duplicates() {
+        let arc = |from, to, count| Arc { from, to, count };
         let mut v = [
-            Arc {
-                from: 1,
-                to: 2,
-                count: 3,
-            },
-            Arc {
-                from: 1,
-                to: 2,
-                count: 4,
-            },
-            Arc {
-                from: 1,
-                to: 3,
-                count: 1,
-            },
-            Arc {
-                from: 2,
-                to: 2,
-                count: 5,
-            },
-            Arc {
-                from: 2,
-                to: 2,
-                count: 5,
-            },
+            arc(2, 2, 5),
+            arc(1, 2, 3),
+            arc(1, 3, 1),
+            arc(1, 2, 4),
+            arc(2, 2, 5),
         ];
         let m = merge_duplicates(&mut v);
         let got: Vec<_> = m.iter().map(|a| (a.from, a.to, a.count)).collect();

@@ -29,8 +29,20 @@ mod sys;
 mod arch;
 mod arcs;
 mod config;
-mod exe;
 mod gmon;
+#[cfg(all(
+    target_env = "gnu",
+    any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "riscv64",
+        target_arch = "s390x"
+    )
+))]
+mod interpose;
+mod modules;
+mod process;
+mod retired;
 mod runtime;
 mod sampler;
 mod thread;

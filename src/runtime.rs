@@ -6,40 +6,60 @@
 //! the guard held. So when instrfn itself is compiled with `-Zinstrument-mcount`, its own
 //! counting calls return at once instead of recursing.
 //!
-//! Start-up is lazy and happens once, on whichever comes first: gcrt's `__monstartup` (run from
-//! `_init`, before any constructor), the first counting call, or an API call. A process that
-//! never makes one (a shell that inherited `LD_PRELOAD`) stays inert: no timer, no file.
+//! Two phases:
+//! - On load, an `.init_array` constructor (asm/data.s) does what needs libc's locks or the
+//!   allocator, while that is safe (before `main`, one thread, never in a signal handler):
+//!   the thread-exit key, the fork handlers, the process-tree marker (src/process.rs).
+//!   Nothing observable: no timer, no file, no output.
+//! - Start-up is lazy and happens once, on whichever comes first: gcrt's `__monstartup` (run
+//!   from `_init`), the first counting call, or an API call. It may run inside a signal handler
+//!   (the program's first counting call can be there), so it is async-signal-safe: it reads
+//!   the environment, installs signal handlers, maps memory, makes no lock-taking libc call.
+//!   A process that never makes a counting call (a shell that inherited `LD_PRELOAD`) stays
+//!   inert: no timer, no file.
+//!
+//! The profile is written at exit by an `.fini_array` destructor, which runs after the
+//! program's `atexit` handlers (so their calls count too), and never twice.
 
 use core::ffi::{c_int, c_void};
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 use crate::arcs::{self, Insert};
 use crate::config::Config;
-use crate::exe::Executable;
+use crate::modules::Module;
+use crate::sys::StackBuf;
 use crate::thread::{self, ThreadBlock, Tls};
-use crate::{arch, gmon, sampler, sys};
+use crate::{arch, gmon, process, sampler, sys};
 
 pub struct Runtime {
     pub config: Config,
-    pub exe: Executable,
+    pub exe: Module,
+    /// The pid this runtime state belongs to: the process that started it, or the child after
+    /// fork. A vfork child (same memory, no fork handlers) has another pid.
+    pid: AtomicI32,
+    /// Whether this process is a fork child whose parent started the runtime.
     fork_child: AtomicBool,
 }
 
 impl Runtime {
-    pub fn is_fork_child(&self) -> bool {
-        self.fork_child.load(Ordering::Relaxed)
+    /// Whether the calling process owns this state (not a vfork child of its owner).
+    pub fn owned_here(&self) -> bool {
+        // SAFETY: getpid has no preconditions.
+        self.pid.load(Ordering::Relaxed) == unsafe { libc::getpid() }
     }
 }
 
 static RUNTIME: spin::Once<Runtime> = spin::Once::new();
-/// The pthread key whose destructor gives a thread's block back.
+/// The pthread key whose destructor gives a thread's block back, plus one (0: none).
 static THREAD_KEY: AtomicU32 = AtomicU32::new(0);
+/// Set by the load-time constructor.
+static LOADED: AtomicBool = AtomicBool::new(false);
 /// Slow-path entries (start-up, new threads, table growth): far fewer than calls, unless the
 /// trampolines' hash disagreed with `arcs::hash` (the verbose summary shows it).
 static SLOW_PATHS: AtomicU64 = AtomicU64::new(0);
 /// Calls lost because a new thread could not get a block (no memory).
 static LOST_WITHOUT_BLOCK: AtomicU64 = AtomicU64::new(0);
-/// Set once an exit hook has written gmon.out; later exit writes are quiet.
+/// Set once the exit destructor has written the profile.
 static EXIT_WRITTEN: AtomicBool = AtomicBool::new(false);
 
 /// Two functions that only name things in gmon.out: calls that could not be counted are
@@ -86,31 +106,55 @@ fn runtime() -> &'static Runtime {
     RUNTIME.call_once(start_up)
 }
 
-fn start_up() -> Runtime {
-    let config = Config::from_env();
-    let exe = Executable::find();
-    set_recording(config.start);
+/// The runtime if it has started (a process that never recorded has none).
+pub fn started() -> Option<&'static Runtime> {
+    RUNTIME.get()
+}
+
+guarded_entry! {
+    /// The load-time constructor (listed in `.init_array` by asm/data.s).
+    #[unsafe(no_mangle)]
+    pub fn instrfn_on_load() => on_load
+}
+
+extern "C" fn on_load() {
+    if LOADED.swap(true, Ordering::Relaxed) {
+        return;
+    }
     // SAFETY: plain libc registrations with valid function pointers; each handler is a
-    // guarded entry. THREAD_KEY is written once here, before any block is claimed.
+    // guarded entry. THREAD_KEY is written once here, before any block is claimed (the
+    // slow path reads it only after start-up, which cannot finish a claim before this runs:
+    // a claim made earlier just has no key and is reclaimed when its thread is gone).
     unsafe {
         let mut key: libc::pthread_key_t = 0;
         if libc::pthread_key_create(&mut key, Some(instrfn_thread_exit_entry)) == 0 {
             THREAD_KEY.store(key as u32 + 1, Ordering::Relaxed);
-        } else {
-            message!("no pthread key left: threads' tables will not be reused when they exit");
         }
-        libc::pthread_atfork(
-            Some(instrfn_fork_prepare_entry),
-            Some(instrfn_fork_parent_entry),
-            Some(instrfn_fork_child_entry),
-        );
-        libc::atexit(instrfn_exit_entry);
+        libc::pthread_atfork(None, None, Some(instrfn_fork_child_entry));
     }
+    process::mark_tree();
+    #[cfg(all(
+        target_env = "gnu",
+        any(
+            target_arch = "x86_64",
+            target_arch = "aarch64",
+            target_arch = "riscv64",
+            target_arch = "s390x"
+        )
+    ))]
+    crate::interpose::keep_linked();
+}
+
+fn start_up() -> Runtime {
+    let config = Config::from_env();
+    let exe = Module::executable();
+    process::init();
+    set_recording(config.start);
     if exe.count == 0 {
         message!("cannot find the executable's code segments; gmon.out will hold no data");
     }
-    if config.hz > 0 && sampler::start(&exe, config.hz) && !config.start {
-        sampler::pause();
+    if config.hz > 0 && sampler::start(config.hz) && config.start {
+        sampler::resume();
     }
     if let Some(sig) = config.dump_signal {
         install_dump_signal(sig);
@@ -118,6 +162,8 @@ fn start_up() -> Runtime {
     Runtime {
         config,
         exe,
+        // SAFETY: getpid has no preconditions.
+        pid: AtomicI32::new(unsafe { libc::getpid() }),
         fork_child: AtomicBool::new(false),
     }
 }
@@ -178,12 +224,7 @@ fn record(tls: &mut Tls, from_pc: usize, self_pc: usize) {
         // SAFETY: claim_block returned a live block owned by this thread.
         tls.table = unsafe { (*block).table.load(Ordering::Relaxed) };
         tls.block = block;
-        let key = THREAD_KEY.load(Ordering::Relaxed);
-        if key != 0 {
-            // SAFETY: the key was created at start-up; the value is only read by our
-            // destructor.
-            unsafe { libc::pthread_setspecific(key as libc::pthread_key_t - 1, block.cast()) };
-        }
+        register_thread_exit(block);
     }
     // SAFETY: tls.table is the current table of this thread's block.
     let table = unsafe { &*tls.table };
@@ -191,6 +232,24 @@ fn record(tls: &mut Tls, from_pc: usize, self_pc: usize) {
         // SAFETY: tls.block is this thread's live block.
         unsafe { (*tls.block).table.store(table, Ordering::Release) };
         tls.table = table;
+    }
+}
+
+/// Asks for the thread-exit destructor, when that is async-signal-safe: always on musl (its
+/// pthread_setspecific never allocates); on glibc for keys below 32, which live in the thread
+/// descriptor (from 32 on, glibc may calloc a second-level array). Otherwise the block is
+/// reclaimed once the thread is gone (src/thread.rs).
+fn register_thread_exit(block: *mut ThreadBlock) {
+    let key = THREAD_KEY.load(Ordering::Relaxed);
+    let safe = key != 0 && (cfg!(not(target_env = "gnu")) || key - 1 < 32);
+    if !safe {
+        thread::exit_unreported();
+        return;
+    }
+    // SAFETY: the key was created by the constructor; the value is only read by our
+    // destructor.
+    if unsafe { libc::pthread_setspecific(key as libc::pthread_key_t - 1, block.cast()) } != 0 {
+        thread::exit_unreported();
     }
 }
 
@@ -211,45 +270,41 @@ extern "C" fn thread_exit(block: *mut c_void) {
 }
 
 guarded_entry! {
-    fn instrfn_fork_prepare_entry() => fork_prepare
-}
-guarded_entry! {
-    fn instrfn_fork_parent_entry() => fork_parent
-}
-guarded_entry! {
     fn instrfn_fork_child_entry() => fork_child
 }
 
-extern "C" fn fork_prepare() {
-    // No writer may be half-way through when the address space is copied.
-    gmon::lock_for_fork();
-}
-
-extern "C" fn fork_parent() {
-    gmon::unlock_after_fork();
-}
-
+/// In the child after fork: only the forking thread exists, with a copy of the parent's state.
+/// A writer that was running on another thread never finishes here: its lock is released.
+/// Counts start from zero; the child writes a profile of its own (src/process.rs names it).
 extern "C" fn fork_child() {
-    gmon::unlock_after_fork();
-    let rt = runtime();
+    gmon::reset_after_fork();
+    let Some(rt) = started() else {
+        return;
+    };
+    // SAFETY: getpid has no preconditions.
+    rt.pid.store(unsafe { libc::getpid() }, Ordering::Relaxed);
     rt.fork_child.store(true, Ordering::Relaxed);
     EXIT_WRITTEN.store(false, Ordering::Relaxed);
     // SAFETY: this thread's TLS block.
     let current = unsafe { (*arch::tls()).block };
     thread::reset_after_fork(current);
     LOST_WITHOUT_BLOCK.store(0, Ordering::Relaxed);
-    sampler::reset_after_fork();
+    sampler::reset_after_fork(current);
 }
 
 guarded_entry! {
-    /// atexit handler registered at start-up.
-    fn instrfn_exit_entry() => at_exit
+    /// The exit destructor (listed in `.fini_array` by asm/data.s).
+    #[unsafe(no_mangle)]
+    pub fn instrfn_on_exit() => at_exit
 }
 
 extern "C" fn at_exit() {
-    let rt = runtime();
-    let quiet = EXIT_WRITTEN.swap(true, Ordering::Relaxed);
-    gmon::write(rt, quiet);
+    let Some(rt) = started() else {
+        return;
+    };
+    if rt.owned_here() && !EXIT_WRITTEN.swap(true, Ordering::Relaxed) {
+        gmon::write(rt, false);
+    }
 }
 
 guarded_entry! {
@@ -259,7 +314,11 @@ guarded_entry! {
 }
 
 extern "C" fn on_dump_signal(_sig: c_int, _info: *mut libc::siginfo_t, _uc: *mut c_void) {
-    gmon::write(runtime(), false);
+    if let Some(rt) = started()
+        && rt.owned_here()
+    {
+        gmon::write(rt, false);
+    }
 }
 
 // glibc's gmon entry points. gcrt1.o (linked by `gcc -pg` and by rustc, which passes -pg to
@@ -278,10 +337,14 @@ guarded_entry! {
     pub fn monstartup(lowpc: usize, highpc: usize) => monstartup_inner
 }
 guarded_entry! {
-    /// gcrt's exit hook: writes gmon.out.
+    /// gcrt's exit hook (registered with atexit by gcrt1.o). instrfn writes its profile from
+    /// its own exit destructor, after every atexit handler, so this does nothing: one profile,
+    /// written once.
     #[unsafe(no_mangle)]
-    pub fn _mcleanup() => at_exit
+    pub fn _mcleanup() => mcleanup_inner
 }
+
+extern "C" fn mcleanup_inner() {}
 guarded_entry! {
     /// `moncontrol(0)` stops recording (arcs and samples), `moncontrol(1)` resumes it.
     #[unsafe(no_mangle)]
@@ -377,6 +440,166 @@ extern "C" fn api_stop() {
     runtime();
     set_recording(false);
     sampler::pause();
+}
+
+/// Before this image is replaced by exec (src/interpose.c): writes the profile (unless this
+/// is a fork child that recorded nothing, as in fork + exec), stops the sampling timers and
+/// takes any SIGPROF still pending, and fills `marker` with the INSTRFN_TREE entry for the
+/// next image. Nothing but the marker in a vfork child or a process that never recorded.
+extern "C" fn exec_prepare(marker: *mut u8, len: usize) {
+    let mut m = StackBuf::<64>::new();
+    let mut wrote = false;
+    if let Some(rt) = started()
+        && rt.owned_here()
+    {
+        let nothing = rt.fork_child.load(Ordering::Relaxed) && api_calls_recorded() == 0;
+        if !nothing {
+            wrote = gmon::write(rt, false) == 0;
+        }
+        let was_running = sampler::running();
+        sampler::pause();
+        EXEC_RESUME.store(was_running, Ordering::Relaxed);
+        drain_sigprof();
+        process::exec_marker(wrote, &mut m);
+    } else {
+        process::spawn_marker(&mut m);
+    }
+    copy_marker(&mut m, marker, len);
+}
+
+/// Whether the sampling timers ran before an exec that may fail.
+static EXEC_RESUME: AtomicBool = AtomicBool::new(false);
+
+/// The exec failed: profiling goes on as before.
+extern "C" fn exec_failed() {
+    if let Some(rt) = started()
+        && rt.owned_here()
+        && EXEC_RESUME.swap(false, Ordering::Relaxed)
+    {
+        sampler::resume();
+    }
+}
+
+/// The INSTRFN_TREE entry for a child started by posix_spawn (src/interpose.c).
+extern "C" fn spawn_marker(marker: *mut u8, len: usize) {
+    let mut m = StackBuf::<64>::new();
+    process::spawn_marker(&mut m);
+    copy_marker(&mut m, marker, len);
+}
+
+fn copy_marker(m: &mut StackBuf<64>, out: *mut u8, len: usize) {
+    let bytes = m.as_cstr().map_or(&b"\0"[..], |c| c.to_bytes_with_nul());
+    if len >= bytes.len() {
+        // SAFETY: the caller's buffer holds len >= bytes.len() bytes.
+        unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), out, bytes.len()) };
+    } else if len > 0 {
+        // SAFETY: len > 0 bytes are writable.
+        unsafe { *out = 0 };
+    }
+}
+
+/// Takes a SIGPROF that is pending for this thread (the program may block it), so none is
+/// left for an image that does not handle it. Raw system calls.
+fn drain_sigprof() {
+    // SAFETY: rt_sigpending/rt_sigtimedwait with valid sets, a zero timeout and no info.
+    unsafe {
+        let mut pending: u64 = 0;
+        libc::syscall(
+            libc::SYS_rt_sigpending,
+            &mut pending as *mut u64,
+            8 as libc::c_long,
+        );
+        let bit = 1u64 << (libc::SIGPROF - 1);
+        if pending & bit != 0 {
+            let zero = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            libc::syscall(
+                libc::SYS_rt_sigtimedwait,
+                &bit as *const u64,
+                core::ptr::null_mut::<libc::siginfo_t>(),
+                &zero as *const libc::timespec,
+                8 as libc::c_long,
+            );
+        }
+    }
+}
+
+guarded_entry! {
+    /// Called by the exec wrappers (src/interpose.c) before the real exec.
+    #[unsafe(no_mangle)]
+    pub fn instrfn_exec_prepare(marker: *mut u8, len: usize) => exec_prepare
+}
+guarded_entry! {
+    /// Called by the exec wrappers when the real exec returned (it failed).
+    #[unsafe(no_mangle)]
+    pub fn instrfn_exec_failed() => exec_failed
+}
+/// What the dlclose wrapper keeps between its two calls (src/interpose.c): the module as it
+/// was before the real dlclose. The C side provides [`MODULE_STATE_BYTES`] bytes.
+#[repr(C)]
+struct Closing {
+    valid: bool,
+    module: Module,
+}
+
+/// Bytes of the state buffer src/interpose.c passes to the dlclose hooks.
+pub const MODULE_STATE_BYTES: usize = 1024;
+const _: () = assert!(core::mem::size_of::<Closing>() <= MODULE_STATE_BYTES);
+
+/// Before dlclose of the object loaded at `bias` from `path`: remembers where its code is.
+extern "C" fn module_closing(bias: usize, path: *const core::ffi::c_char, state: *mut c_void) {
+    let state = state.cast::<Closing>();
+    let found = match started() {
+        // SAFETY: path is the loader's NUL-terminated name of the object (dlinfo).
+        Some(rt) if rt.owned_here() && !path.is_null() => crate::modules::find_shared_object(
+            bias,
+            unsafe { core::ffi::CStr::from_ptr(path) }.to_bytes(),
+        ),
+        _ => None,
+    };
+    // SAFETY: the caller's buffer holds MODULE_STATE_BYTES bytes, 8-aligned (src/interpose.c).
+    unsafe {
+        core::ptr::addr_of_mut!((*state).valid).write(found.is_some());
+        if let Some(m) = found {
+            core::ptr::addr_of_mut!((*state).module).write(m);
+        }
+    }
+}
+
+/// After the real dlclose: if the object is gone, writes its profile and keeps its counts
+/// apart (src/retired.rs).
+extern "C" fn module_closed(state: *mut c_void) {
+    // SAFETY: filled by module_closing on this thread.
+    let state = unsafe { &*state.cast::<Closing>() };
+    if !state.valid {
+        return;
+    }
+    let m = &state.module;
+    if let Some(rt) = started()
+        && crate::modules::find_shared_object(m.bias, m.path()).is_none()
+    {
+        gmon::write_unloaded(rt, m);
+    }
+}
+
+guarded_entry! {
+    /// Called by the dlclose wrapper before the real dlclose.
+    #[unsafe(no_mangle)]
+    pub fn instrfn_module_closing(bias: usize, path: *const core::ffi::c_char, state: *mut c_void)
+        => module_closing
+}
+guarded_entry! {
+    /// Called by the dlclose wrapper after the real dlclose.
+    #[unsafe(no_mangle)]
+    pub fn instrfn_module_closed(state: *mut c_void) => module_closed
+}
+
+guarded_entry! {
+    /// Called by the posix_spawn wrappers for the INSTRFN_TREE entry of the child.
+    #[unsafe(no_mangle)]
+    pub fn instrfn_spawn_marker(marker: *mut u8, len: usize) => spawn_marker
 }
 
 extern "C" fn api_write() -> c_int {

@@ -60,17 +60,6 @@ pub fn secure_mode() -> bool {
     unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
 }
 
-/// CPU time of the whole process, in nanoseconds.
-pub fn process_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Writes all of `buf` to `fd`, retrying on EINTR and short writes.
 pub fn write_all(fd: c_int, mut buf: &[u8]) -> Result<(), c_int> {
     while !buf.is_empty() {
@@ -182,21 +171,63 @@ impl fmt::Display for Bytes<'_> {
     }
 }
 
-/// The description of an errno value, without allocating.
+/// The description of an errno value, from a fixed table (glibc's wording): `strerror_r` may
+/// take locale locks, and messages are printed from signal handlers too.
 pub struct Errno(pub c_int);
 
 impl fmt::Display for Errno {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut buf = [0 as c_char; 128];
-        // SAFETY: buf is valid for its length; the XSI/GNU variants both NUL-terminate on
-        // success, and libc's crate binding is the XSI one.
-        let ok = unsafe { libc::strerror_r(self.0, buf.as_mut_ptr(), buf.len()) } == 0;
-        if ok {
-            // SAFETY: NUL-terminated by strerror_r.
-            let s = unsafe { CStr::from_ptr(buf.as_ptr()) };
-            write!(f, "{}", Bytes(s.to_bytes()))
-        } else {
-            write!(f, "error {}", self.0)
-        }
+        let text = match self.0 {
+            libc::EPERM => "Operation not permitted",
+            libc::ENOENT => "No such file or directory",
+            libc::EINTR => "Interrupted system call",
+            libc::EIO => "Input/output error",
+            libc::E2BIG => "Argument list too long",
+            libc::ENOEXEC => "Exec format error",
+            libc::EBADF => "Bad file descriptor",
+            libc::EAGAIN => "Resource temporarily unavailable",
+            libc::ENOMEM => "Cannot allocate memory",
+            libc::EACCES => "Permission denied",
+            libc::EFAULT => "Bad address",
+            libc::EBUSY => "Device or resource busy",
+            libc::EEXIST => "File exists",
+            libc::EXDEV => "Invalid cross-device link",
+            libc::ENOTDIR => "Not a directory",
+            libc::EISDIR => "Is a directory",
+            libc::EINVAL => "Invalid argument",
+            libc::ENFILE => "Too many open files in system",
+            libc::EMFILE => "Too many open files",
+            libc::ETXTBSY => "Text file busy",
+            libc::EFBIG => "File too large",
+            libc::ENOSPC => "No space left on device",
+            libc::EROFS => "Read-only file system",
+            libc::ENAMETOOLONG => "File name too long",
+            libc::ENOSYS => "Function not implemented",
+            libc::ELOOP => "Too many levels of symbolic links",
+            libc::EDEADLK => "Resource deadlock avoided",
+            libc::EDQUOT => "Disk quota exceeded",
+            _ => return write!(f, "error {}", self.0),
+        };
+        f.write_str(text)
     }
+}
+
+/// This thread's kernel thread id.
+pub fn gettid() -> u32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+/// Whether thread `tid` of this process still exists (tgkill with signal 0 sends nothing).
+pub fn thread_alive(tid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the thread exists.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_tgkill,
+            libc::getpid() as libc::c_long,
+            tid as libc::c_long,
+            0 as libc::c_long,
+        )
+    };
+    r == 0 || errno() != libc::ESRCH
 }

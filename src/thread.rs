@@ -6,11 +6,17 @@
 //! it and counts on into the same tables. Counts are per arc, not per thread, so this is how a
 //! thread's arcs fold into the process total, at no cost, and why a program that starts a
 //! million short threads uses as many blocks as it ever had threads alive at once.
+//!
+//! A thread whose exit the destructor cannot report (glibc may allocate to store a pthread key
+//! value of index 32 or more, which a signal handler must not risk: then the key is not set)
+//! keeps its block until a new thread finds no free block: the new thread then takes over the
+//! block of a thread that no longer exists (`tgkill(pid, tid, 0)` fails with ESRCH).
 
 use core::ptr;
-use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
 use crate::arcs::{self, ArcTable};
+use crate::sampler::{self, PcTable};
 use crate::sys;
 
 /// This thread's state as the trampolines see it (`instrfn_tls` in `asm/<arch>.s`, 64 bytes of
@@ -48,6 +54,12 @@ pub struct ThreadBlock {
     next: *mut ThreadBlock,
     /// FREE or LIVE.
     state: AtomicU32,
+    /// Kernel thread id of the owner while LIVE.
+    tid: AtomicU32,
+    /// The owner's sampling timer (kernel timer id), or -1.
+    pub timer: AtomicI32,
+    /// The owner's pc samples (src/sampler.rs).
+    pub samples: AtomicPtr<PcTable>,
     /// Current table of the chain (the owner replaces it when it grows; readers Acquire it).
     /// The tables count the calls they could not take themselves.
     pub table: AtomicPtr<ArcTable>,
@@ -57,35 +69,74 @@ pub struct ThreadBlock {
 static BLOCKS: AtomicPtr<ThreadBlock> = AtomicPtr::new(ptr::null_mut());
 /// Number of blocks in the registry.
 static BLOCK_COUNT: AtomicUsize = AtomicUsize::new(0);
+/// Set once a thread could not register for the exit destructor: from then on a new thread
+/// that finds no free block looks for blocks of dead threads.
+static ORPHANS_POSSIBLE: AtomicBool = AtomicBool::new(false);
 /// Blocks claimed (for the verbose summary): once per thread, and once more for a thread that
 /// counts again after its exit destructor gave its block back (a late destructor or signal
 /// handler).
 static CLAIMS: AtomicUsize = AtomicUsize::new(0);
 
-/// Gives the calling thread a block: a free one from the registry, or a new one. Lock-free.
-/// Returns null if no memory could be mapped.
+/// Gives the calling thread a block: a free one from the registry, else one whose owner has
+/// died without giving it back, else a new one. Lock-free, raw system calls only. Returns null
+/// if no memory could be mapped.
 pub fn claim_block(max_arcs: usize) -> *mut ThreadBlock {
     CLAIMS.fetch_add(1, Ordering::Relaxed);
-    let mut b = BLOCKS.load(Ordering::Acquire);
-    while !b.is_null() {
-        // SAFETY: registry blocks are never freed; `next` is immutable after publication.
-        let block = unsafe { &*b };
-        if block.state.load(Ordering::Relaxed) == FREE
+    let me = sys::gettid();
+    let claimed = claim_free(me).or_else(|| {
+        ORPHANS_POSSIBLE
+            .load(Ordering::Relaxed)
+            .then(|| claim_orphan(me))
+            .flatten()
+    });
+    if let Some(block) = claimed {
+        sampler::thread_started(&block.timer);
+        return ptr::from_ref(block).cast_mut();
+    }
+    let new = new_block(me, max_arcs);
+    if let Some(block) = new {
+        sampler::thread_started(&block.timer);
+    }
+    new.map_or(ptr::null_mut(), |b| ptr::from_ref(b).cast_mut())
+}
+
+fn claim_free(me: u32) -> Option<&'static ThreadBlock> {
+    blocks().find(|block| {
+        block.state.load(Ordering::Relaxed) == FREE
             && block
                 .state
                 .compare_exchange(FREE, LIVE, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
-        {
-            return b;
-        }
-        b = block.next;
-    }
-    let Some(table) = ArcTable::create_first(max_arcs) else {
-        return ptr::null_mut();
-    };
-    let Some(mem) = sys::map_zeroed(core::mem::size_of::<ThreadBlock>()) else {
-        return ptr::null_mut();
-    };
+            && {
+                block.tid.store(me, Ordering::Relaxed);
+                true
+            }
+    })
+}
+
+/// A LIVE block whose owner thread is gone. Its tid is replaced by ours with a compare and
+/// swap, so two new threads never take the same one. A block carrying our own tid belongs to
+/// a dead thread too (tids are unique among live threads).
+fn claim_orphan(me: u32) -> Option<&'static ThreadBlock> {
+    blocks().find(|block| {
+        let tid = block.tid.load(Ordering::Relaxed);
+        block.state.load(Ordering::Relaxed) == LIVE
+            && tid != 0
+            && (tid == me || !sys::thread_alive(tid))
+            && block
+                .tid
+                .compare_exchange(tid, me, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            && {
+                sampler::thread_ended(&block.timer);
+                true
+            }
+    })
+}
+
+fn new_block(me: u32, max_arcs: usize) -> Option<&'static ThreadBlock> {
+    let table = ArcTable::create_first(max_arcs)?;
+    let mem = sys::map_zeroed(core::mem::size_of::<ThreadBlock>())?;
     let new = mem.cast::<ThreadBlock>().as_ptr();
     let mut head = BLOCKS.load(Ordering::Relaxed);
     loop {
@@ -94,6 +145,9 @@ pub fn claim_block(max_arcs: usize) -> *mut ThreadBlock {
             new.write(ThreadBlock {
                 next: head,
                 state: AtomicU32::new(LIVE),
+                tid: AtomicU32::new(me),
+                timer: AtomicI32::new(-1),
+                samples: AtomicPtr::new(ptr::null_mut()),
                 table: AtomicPtr::new(table),
             });
         }
@@ -103,14 +157,23 @@ pub fn claim_block(max_arcs: usize) -> *mut ThreadBlock {
         }
     }
     BLOCK_COUNT.fetch_add(1, Ordering::Relaxed);
-    new
+    // SAFETY: published and never freed.
+    Some(unsafe { &*new })
+}
+
+/// Notes that a thread's exit will not be reported (see the module documentation).
+pub fn exit_unreported() {
+    ORPHANS_POSSIBLE.store(true, Ordering::Relaxed);
 }
 
 /// Gives a block back (its thread is exiting). Its counts stay for the writer and the next
 /// owner.
 pub fn release_block(block: *mut ThreadBlock) {
     // SAFETY: the caller owns this live block.
-    unsafe { (*block).state.store(FREE, Ordering::Release) };
+    let block = unsafe { &*block };
+    sampler::thread_ended(&block.timer);
+    block.tid.store(0, Ordering::Relaxed);
+    block.state.store(FREE, Ordering::Release);
 }
 
 /// Every block in the registry, live or free.
@@ -138,9 +201,13 @@ pub fn block_stats() -> (usize, usize) {
 /// In the child after fork: only the forking thread exists. Every other block is freed, and
 /// every count and loss is set to zero.
 pub fn reset_after_fork(current: *mut ThreadBlock) {
+    let me = sys::gettid();
     for block in blocks() {
-        if !ptr::eq(block, current) {
+        if ptr::eq(block, current) {
+            block.tid.store(me, Ordering::Relaxed);
+        } else {
             block.state.store(FREE, Ordering::Relaxed);
+            block.tid.store(0, Ordering::Relaxed);
         }
         arcs::zero_counts(block.table.load(Ordering::Relaxed));
     }

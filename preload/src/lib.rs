@@ -23,3 +23,8 @@ fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
 #[cfg(not(test))]
 #[unsafe(no_mangle)]
 pub extern "C" fn rust_eh_personality() {}
+
+// Not part of libinstrfn.so's interface: hidden, so only the ABI's names and the documented C
+// API are exported (the static archive still resolves it for a C link).
+#[cfg(not(test))]
+core::arch::global_asm!(".hidden rust_eh_personality");

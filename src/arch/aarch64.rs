@@ -21,6 +21,15 @@ entry_point! {
     mcount => "b instrfn_aarch64_mcount"
 }
 
+/// The body of a naked function that continues at `$f` with every register as it came (a
+/// linker veneer on the `b` may use x16/x17, as for any call).
+#[allow(unused_macros)] // only glibc targets have wrappers (src/interpose.rs)
+macro_rules! tail_call {
+    ($f:path) => {
+        naked!(".cfi_startproc", "b {f}", ".cfi_endproc", f = sym $f)
+    };
+}
+
 /// The body of a `guarded_entry!`: x9 = `$inner`, then `instrfn_aarch64_guarded` (x9, not
 /// x16/x17: a linker veneer on the `b` may clobber those).
 macro_rules! guarded_jump {

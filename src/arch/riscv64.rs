@@ -26,6 +26,15 @@ entry_point! {
     _mcount => "j instrfn_riscv64_mcount"
 }
 
+/// The body of a naked function that continues at `$f` with every register but t1 (the
+/// `tail` pseudo-instruction's scratch, caller-saved) as it came.
+#[allow(unused_macros)] // only glibc targets have wrappers (src/interpose.rs)
+macro_rules! tail_call {
+    ($f:path) => {
+        naked!(".cfi_startproc", "tail {f}", ".cfi_endproc", f = sym $f)
+    };
+}
+
 /// The body of a `guarded_entry!`: t0 = `$inner`, then `instrfn_riscv64_guarded` through an
 /// `auipc`/`jalr` pair (t2 is its scratch register), which reaches anywhere.
 macro_rules! guarded_jump {

@@ -27,6 +27,14 @@ entry_point! {
     __fentry__ => ".cfi_return_column %r0", "jg instrfn_s390x_fentry"
 }
 
+/// The body of a naked function that continues at `$f` with every register as it came.
+#[allow(unused_macros)] // only glibc targets have wrappers (src/interpose.rs)
+macro_rules! tail_call {
+    ($f:path) => {
+        naked!(".cfi_startproc", "jg {f}", ".cfi_endproc", f = sym $f)
+    };
+}
+
 /// The body of a `guarded_entry!`: %r1 = `$inner` (the ABI lets a call clobber it, and it
 /// carries no argument), then `instrfn_s390x_guarded`.
 macro_rules! guarded_jump {

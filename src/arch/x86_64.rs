@@ -24,6 +24,14 @@ entry_point! {
     __fentry__ => "jmp instrfn_x86_64_fentry"
 }
 
+/// The body of a naked function that continues at `$f` with every register as it came.
+#[allow(unused_macros)] // only glibc targets have wrappers (src/interpose.rs)
+macro_rules! tail_call {
+    ($f:path) => {
+        naked!(".cfi_startproc", "jmp {f}", ".cfi_endproc", f = sym $f)
+    };
+}
+
 /// The body of a `guarded_entry!`: %rax = `$inner`, then `instrfn_x86_64_guarded`.
 macro_rules! guarded_jump {
     ($inner:path) => {

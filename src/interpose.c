@@ -1,0 +1,228 @@
+/* instrfn: wrappers of the glibc entry points that replace or start program images, and of
+ * dlclose. Built by build.rs for glibc targets only and linked into every artifact of the
+ * runtime (whole archive), so the wrappers interpose libc's functions whether the runtime is
+ * preloaded or linked into the program.
+ *
+ * Plain C, compiled without instrumentation: it holds no logic of its own. Each wrapper calls
+ * the runtime (guarded entry points in src/runtime.rs, which hold the re-entry guard and block
+ * signals while they run) before and after the real function, found with dlsym(RTLD_NEXT) by
+ * this file's constructor, at load, where that is safe. The wrappers themselves run with the
+ * caller's signal mask, so an exec'd image inherits exactly the mask the program had.
+ *
+ *   exec*        before: the runtime writes this image's profile, stops its sampling timers,
+ *                takes a pending SIGPROF and gives the INSTRFN_TREE entry for the next image
+ *                (src/process.rs); the environment passed on carries it. After a failed exec:
+ *                profiling goes on.
+ *   posix_spawn* the child's environment carries the INSTRFN_TREE entry.
+ *   dlclose      a library that is really unloaded gets its profile written, and its counts
+ *                are kept apart from whatever is loaded at its address later.
+ *
+ * Variadic execl* gather their arguments on the stack, as glibc does. No allocation anywhere:
+ * the environment with the marker is a stack array, so the wrappers are as safe as the
+ * functions they wrap (exec* may be called from a signal handler or a vfork child).
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <link.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+extern char **environ;
+
+/* The runtime (src/runtime.rs). */
+void instrfn_exec_prepare(char *marker, size_t len);
+void instrfn_exec_failed(void);
+void instrfn_spawn_marker(char *marker, size_t len);
+void instrfn_module_closing(uintptr_t bias, const char *path, void *state);
+void instrfn_module_closed(void *state);
+
+#define HIDDEN __attribute__((visibility("hidden")))
+#define MARKER_BYTES 64
+#define MODULE_STATE_BYTES 1024 /* runtime::MODULE_STATE_BYTES */
+#define TREE "INSTRFN_TREE="
+
+typedef int execve_fn(const char *, char *const[], char *const[]);
+typedef int execveat_fn(int, const char *, char *const[], char *const[], int);
+typedef int fexecve_fn(int, char *const[], char *const[]);
+typedef int spawn_fn(pid_t *, const char *, const posix_spawn_file_actions_t *,
+                     const posix_spawnattr_t *, char *const[], char *const[]);
+typedef int dlclose_fn(void *);
+
+static execve_fn *real_execve, *real_execvpe;
+static execveat_fn *real_execveat;
+static fexecve_fn *real_fexecve;
+static spawn_fn *real_posix_spawn, *real_posix_spawnp;
+static dlclose_fn *real_dlclose;
+
+__attribute__((constructor)) static void resolve(void) {
+    real_execve = (execve_fn *)dlsym(RTLD_NEXT, "execve");
+    real_execvpe = (execve_fn *)dlsym(RTLD_NEXT, "execvpe");
+    real_execveat = (execveat_fn *)dlsym(RTLD_NEXT, "execveat");
+    real_fexecve = (fexecve_fn *)dlsym(RTLD_NEXT, "fexecve");
+    real_posix_spawn = (spawn_fn *)dlsym(RTLD_NEXT, "posix_spawn");
+    real_posix_spawnp = (spawn_fn *)dlsym(RTLD_NEXT, "posix_spawnp");
+    real_dlclose = (dlclose_fn *)dlsym(RTLD_NEXT, "dlclose");
+}
+
+static size_t count(char *const v[]) {
+    size_t n = 0;
+    if (v)
+        while (v[n]) n++;
+    return n;
+}
+
+/* out = envp without any INSTRFN_TREE entry, plus `marker` (if not empty), NULL-terminated;
+ * out has room for count(envp) + 2 pointers. */
+static void with_marker(char **out, char *const envp[], char *marker) {
+    size_t j = 0;
+    for (size_t i = 0; envp && envp[i]; i++)
+        if (strncmp(envp[i], TREE, sizeof TREE - 1) != 0) out[j++] = envp[i];
+    if (marker[0]) out[j++] = marker;
+    out[j] = NULL;
+}
+
+enum kind { K_EXECVE, K_EXECVPE, K_EXECVEAT, K_FEXECVE };
+
+static int run_exec(enum kind k, int fd, const char *path, char *const argv[],
+                    char *const envp[], int flags) {
+    char marker[MARKER_BYTES];
+    instrfn_exec_prepare(marker, sizeof marker);
+    char *env[count(envp) + 2];
+    with_marker(env, envp, marker);
+    int r;
+    switch (k) {
+    case K_EXECVE:
+        r = real_execve ? real_execve(path, argv, env)
+                        : (int)syscall(SYS_execve, path, argv, env);
+        break;
+    case K_EXECVPE:
+        if (real_execvpe) {
+            r = real_execvpe(path, argv, env);
+        } else {
+            errno = ENOSYS;
+            r = -1;
+        }
+        break;
+    case K_EXECVEAT:
+        r = real_execveat ? real_execveat(fd, path, argv, env, flags)
+                          : (int)syscall(SYS_execveat, fd, path, argv, env, flags);
+        break;
+    default:
+        if (real_fexecve) {
+            r = real_fexecve(fd, argv, env);
+        } else {
+            errno = ENOSYS;
+            r = -1;
+        }
+        break;
+    }
+    int e = errno;
+    instrfn_exec_failed();
+    errno = e;
+    return r;
+}
+
+HIDDEN int instrfn_c_execve(const char *path, char *const argv[], char *const envp[]) {
+    return run_exec(K_EXECVE, -1, path, argv, envp, 0);
+}
+
+HIDDEN int instrfn_c_execv(const char *path, char *const argv[]) {
+    return run_exec(K_EXECVE, -1, path, argv, environ, 0);
+}
+
+HIDDEN int instrfn_c_execvpe(const char *file, char *const argv[], char *const envp[]) {
+    return run_exec(K_EXECVPE, -1, file, argv, envp, 0);
+}
+
+HIDDEN int instrfn_c_execvp(const char *file, char *const argv[]) {
+    return run_exec(K_EXECVPE, -1, file, argv, environ, 0);
+}
+
+HIDDEN int instrfn_c_fexecve(int fd, char *const argv[], char *const envp[]) {
+    return run_exec(K_FEXECVE, fd, NULL, argv, envp, 0);
+}
+
+HIDDEN int instrfn_c_execveat(int dirfd, const char *path, char *const argv[], char *const envp[], int flags) {
+    return run_exec(K_EXECVEAT, dirfd, path, argv, envp, flags);
+}
+
+/* The variadic forms: count the arguments up to the NULL, then copy them into a stack array,
+ * as glibc's own execl does. */
+#define GATHER(first, ap, argv, n)                                                         \
+    size_t n = 1;                                                                          \
+    va_start(ap, first);                                                                   \
+    while (va_arg(ap, char *)) n++;                                                        \
+    va_end(ap);                                                                            \
+    char *argv[n + 1];                                                                     \
+    argv[0] = (char *)first;                                                               \
+    va_start(ap, first);                                                                   \
+    for (size_t i = 1; i <= n; i++) argv[i] = va_arg(ap, char *);
+
+HIDDEN int instrfn_c_execl(const char *path, const char *arg, ...) {
+    va_list ap;
+    GATHER(arg, ap, argv, n)
+    va_end(ap);
+    return run_exec(K_EXECVE, -1, path, argv, environ, 0);
+}
+
+HIDDEN int instrfn_c_execlp(const char *file, const char *arg, ...) {
+    va_list ap;
+    GATHER(arg, ap, argv, n)
+    va_end(ap);
+    return run_exec(K_EXECVPE, -1, file, argv, environ, 0);
+}
+
+HIDDEN int instrfn_c_execle(const char *path, const char *arg, ...) {
+    va_list ap;
+    GATHER(arg, ap, argv, n)
+    char *const *envp = va_arg(ap, char *const *);
+    va_end(ap);
+    return run_exec(K_EXECVE, -1, path, argv, envp, 0);
+}
+
+static int run_spawn(spawn_fn *real, pid_t *pid, const char *path,
+                     const posix_spawn_file_actions_t *actions,
+                     const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
+    if (!real) return ENOSYS;
+    char marker[MARKER_BYTES];
+    instrfn_spawn_marker(marker, sizeof marker);
+    char *env[count(envp) + 2];
+    with_marker(env, envp, marker);
+    return real(pid, path, actions, attr, argv, env);
+}
+
+HIDDEN int instrfn_c_posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *actions,
+                const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
+    return run_spawn(real_posix_spawn, pid, path, actions, attr, argv, envp);
+}
+
+HIDDEN int instrfn_c_posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *actions,
+                 const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
+    return run_spawn(real_posix_spawnp, pid, file, actions, attr, argv, envp);
+}
+
+HIDDEN int instrfn_c_dlclose(void *handle) {
+    if (!real_dlclose) {
+        errno = ENOSYS;
+        return -1;
+    }
+    _Alignas(16) char state[MODULE_STATE_BYTES];
+    struct link_map *lm = NULL;
+    if (dlinfo(handle, RTLD_DI_LINKMAP, &lm) == 0 && lm) {
+        instrfn_module_closing((uintptr_t)lm->l_addr, lm->l_name, state);
+    } else {
+        memset(state, 0, sizeof state);
+    }
+    int r = real_dlclose(handle);
+    int e = errno;
+    instrfn_module_closed(state);
+    errno = e;
+    return r;
+}

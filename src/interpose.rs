@@ -1,0 +1,40 @@
+//! The exported names of libc's process and loader entry points that instrfn wraps on glibc:
+//! naked functions that jump to the wrappers in src/interpose.c (a cdylib exports only symbols
+//! rustc defines, and a naked function is never instrumented). The jump keeps every register
+//! and the stack as the caller left them, variadic arguments included.
+
+macro_rules! interposers {
+    ($($name:ident => $c:ident),* $(,)?) => {
+        unsafe extern "C" {
+            $(fn $c();)*
+        }
+        $(
+            #[unsafe(naked)]
+            #[unsafe(no_mangle)]
+            /// Wraps libc's function of this name (src/interpose.c).
+            pub unsafe extern "C" fn $name() {
+                tail_call!($c)
+            }
+        )*
+        /// Makes the linker keep the wrappers: called by the load-time constructor, so
+        /// wherever the runtime is linked, the object that defines them is too.
+        pub fn keep_linked() {
+            $(core::hint::black_box($name as *const () as usize);)*
+        }
+    };
+}
+
+interposers! {
+    execve => instrfn_c_execve,
+    execv => instrfn_c_execv,
+    execvp => instrfn_c_execvp,
+    execvpe => instrfn_c_execvpe,
+    execl => instrfn_c_execl,
+    execle => instrfn_c_execle,
+    execlp => instrfn_c_execlp,
+    fexecve => instrfn_c_fexecve,
+    execveat => instrfn_c_execveat,
+    posix_spawn => instrfn_c_posix_spawn,
+    posix_spawnp => instrfn_c_posix_spawnp,
+    dlclose => instrfn_c_dlclose,
+}

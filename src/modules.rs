@@ -1,0 +1,207 @@
+//! Where the loaded ELF objects lie in memory: the main executable (from the auxiliary vector)
+//! and the shared libraries (from the loader), each with its executable segments and load bias.
+//!
+//! gprof reads the symbols of one ELF file, at link-time addresses, so the gmon writer writes
+//! one profile per module, with only pcs inside its segments, the bias subtracted.
+
+use core::ffi::{c_int, c_void};
+
+/// Most executable segments we track per module (linkers emit one; some layouts two or three).
+pub const MAX_SEGMENTS: usize = 4;
+/// Longest module path kept.
+pub const MAX_PATH: usize = 512;
+
+/// One executable segment, runtime addresses, `start` and `end` multiples of 4.
+#[derive(Clone, Copy, Default)]
+pub struct Segment {
+    pub start: usize,
+    pub end: usize,
+}
+
+/// A loaded ELF object: the main executable or a shared library.
+#[derive(Clone, Copy)]
+pub struct Module {
+    /// Runtime address minus link-time address.
+    pub bias: usize,
+    pub segments: [Segment; MAX_SEGMENTS],
+    pub count: usize,
+    /// The path the loader knows it by (empty for the main executable).
+    path: [u8; MAX_PATH],
+    path_len: usize,
+}
+
+impl Module {
+    const EMPTY: Module = Module {
+        bias: 0,
+        segments: [Segment { start: 0, end: 0 }; MAX_SEGMENTS],
+        count: 0,
+        path: [0; MAX_PATH],
+        path_len: 0,
+    };
+
+    /// The main executable, from the program headers the kernel names in AT_PHDR / AT_PHNUM
+    /// (no loader lock; works in static and dynamic programs alike).
+    pub fn executable() -> Module {
+        // SAFETY: getauxval has no preconditions.
+        let (phdr, phnum) = unsafe {
+            (
+                libc::getauxval(libc::AT_PHDR),
+                libc::getauxval(libc::AT_PHNUM),
+            )
+        };
+        if phdr == 0 || phnum == 0 {
+            return Module::EMPTY;
+        }
+        // SAFETY: the kernel's AT_PHDR/AT_PHNUM describe the mapped program header table.
+        let headers = unsafe {
+            core::slice::from_raw_parts(phdr as usize as *const libc::Elf64_Phdr, phnum as usize)
+        };
+        // The bias: from PT_PHDR if present, else from the segment that maps file offset 0
+        // (its first bytes are the ELF header, and the program headers follow it).
+        let phdr_vaddr = headers
+            .iter()
+            .find(|h| h.p_type == libc::PT_PHDR)
+            .map(|h| h.p_vaddr);
+        let bias = match phdr_vaddr {
+            Some(v) => (phdr as usize).wrapping_sub(v as usize),
+            None => headers
+                .iter()
+                .find(|h| h.p_type == libc::PT_LOAD && h.p_offset == 0)
+                .map_or(0, |h| {
+                    let ehdr_size = core::mem::size_of::<libc::Elf64_Ehdr>();
+                    (phdr as usize)
+                        .wrapping_sub(ehdr_size)
+                        .wrapping_sub(h.p_vaddr as usize)
+                }),
+        };
+        Module::from_headers(bias, headers, b"")
+    }
+
+    fn from_headers(bias: usize, headers: &[libc::Elf64_Phdr], path: &[u8]) -> Module {
+        let mut m = Module::EMPTY;
+        m.bias = bias;
+        for h in headers {
+            if h.p_type == libc::PT_LOAD && h.p_flags & libc::PF_X != 0 && m.count < MAX_SEGMENTS {
+                let start = (h.p_vaddr as usize).wrapping_add(bias) & !3;
+                let end = ((h.p_vaddr + h.p_memsz) as usize)
+                    .wrapping_add(bias)
+                    .next_multiple_of(4);
+                m.segments[m.count] = Segment { start, end };
+                m.count += 1;
+            }
+        }
+        let n = path.len().min(MAX_PATH);
+        m.path[..n].copy_from_slice(&path[..n]);
+        m.path_len = n;
+        m
+    }
+
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments[..self.count]
+    }
+
+    /// Whether `pc` lies in one of the module's executable segments.
+    pub fn contains(&self, pc: usize) -> bool {
+        self.segments()
+            .iter()
+            .any(|s| (s.start..s.end).contains(&pc))
+    }
+
+    /// The link-time address of a runtime pc of the module.
+    pub fn link_address(&self, pc: usize) -> usize {
+        pc.wrapping_sub(self.bias)
+    }
+
+    /// The loader's path of the module.
+    pub fn path(&self) -> &[u8] {
+        &self.path[..self.path_len]
+    }
+
+    /// The file name of the module (the path's last component).
+    pub fn file_name(&self) -> &[u8] {
+        let p = self.path();
+        p.rsplit(|&b| b == b'/').next().unwrap_or(p)
+    }
+}
+
+/// Calls `f` for every shared object loaded now that has code: not the main executable, not
+/// the vDSO, not the object holding the runtime itself. Uses dl_iterate_phdr (its lock is
+/// recursive, so a dump signal that interrupts the loader on this thread does not deadlock).
+pub fn for_each_shared_object(mut f: impl FnMut(&Module)) {
+    struct Ctx<'a> {
+        f: &'a mut dyn FnMut(&Module),
+        own: usize,
+        first: bool,
+    }
+    extern "C" fn callback(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: data is the Ctx passed below; info is the loader's description of one object.
+        let (ctx, info) = unsafe { (&mut *data.cast::<Ctx<'_>>(), &*info) };
+        let first = core::mem::replace(&mut ctx.first, false);
+        if info.dlpi_phdr.is_null() || info.dlpi_phnum == 0 {
+            return 0;
+        }
+        // SAFETY: the loader's program headers for this object.
+        let headers =
+            unsafe { core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
+        let name = if info.dlpi_name.is_null() {
+            &b""[..]
+        } else {
+            // SAFETY: a NUL-terminated name owned by the loader.
+            unsafe { core::ffi::CStr::from_ptr(info.dlpi_name) }.to_bytes()
+        };
+        // The first object is the main executable (its name is empty); the vDSO has no file.
+        if first
+            || name.is_empty()
+            || name.starts_with(b"linux-vdso")
+            || name.starts_with(b"linux-gate")
+        {
+            return 0;
+        }
+        let m = Module::from_headers(info.dlpi_addr as usize, headers, name);
+        if m.count > 0 && !m.contains(ctx.own) {
+            (ctx.f)(&m);
+        }
+        0
+    }
+    let mut ctx = Ctx {
+        f: &mut f,
+        own: find_shared_object as *const () as usize,
+        first: true,
+    };
+    // SAFETY: the callback matches dl_iterate_phdr's contract and only reads what it is given.
+    unsafe { libc::dl_iterate_phdr(Some(callback), (&raw mut ctx).cast()) };
+}
+
+/// The shared object loaded now whose load bias is `bias` and whose path is `path`, if any.
+pub fn find_shared_object(bias: usize, path: &[u8]) -> Option<Module> {
+    let mut found = None;
+    for_each_shared_object(|m| {
+        if m.bias == bias && m.path() == path {
+            found = Some(*m);
+        }
+    });
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_this_test_binary() {
+        let exe = Module::executable();
+        assert!(exe.count >= 1);
+        let here = finds_this_test_binary as *const () as usize;
+        assert!(
+            exe.contains(here),
+            "own code {here:#x} not in the executable segments"
+        );
+        // The link-time address of this function is what the symbol table says: check against
+        // the ELF file itself through the relation bias = runtime - link.
+        assert!(exe.link_address(here) < here || exe.bias == 0);
+    }
+}
