@@ -333,6 +333,14 @@ pub fn write(rt: &Runtime, quiet: bool) -> c_int {
     }
 }
 
+/// A library is about to be unloaded (src/interpose.c, dlclose): the memory that will keep its
+/// counts apart is mapped now, before the loader frees its address range.
+pub fn prepare_unload() {
+    if let Some(_lock) = WRITER.lock() {
+        retired::prepare();
+    }
+}
+
 /// The library `m` has just been unloaded (src/interpose.c, dlclose): writes its profile now,
 /// and keeps its counts apart from whatever is loaded at its addresses later.
 pub fn write_unloaded(rt: &Runtime, m: &Module) {

@@ -20,14 +20,24 @@ struct Gone {
     from: usize,
     to: usize,
     count: u64,
-    /// Index into `State::loads`.
+    /// Index into the loads.
     load: usize,
 }
 
+/// Arcs and loads kept, in two reservations mapped once, before the first library goes (so
+/// the address range a library leaves is still free for whatever is loaded next, as it would
+/// be without instrfn), and committed by the kernel only as they fill.
+const MAX_ARCS: usize = 1 << 21;
+const MAX_LOADS: usize = 1 << 12;
+
 struct State {
-    /// Sorted by (from, to).
-    arcs: Option<Scratch<Gone>>,
-    loads: Option<Scratch<Module>>,
+    /// `arcs[..arcs_len]`, sorted by (from, to).
+    arcs: *mut Gone,
+    arcs_len: usize,
+    loads: *mut Module,
+    loads_len: usize,
+    /// Set once memory ran out (said once).
+    full: bool,
 }
 
 struct Cell(UnsafeCell<State>);
@@ -35,24 +45,49 @@ struct Cell(UnsafeCell<State>);
 unsafe impl Sync for Cell {}
 
 static STATE: Cell = Cell(UnsafeCell::new(State {
-    arcs: None,
-    loads: None,
+    arcs: core::ptr::null_mut(),
+    arcs_len: 0,
+    loads: core::ptr::null_mut(),
+    loads_len: 0,
+    full: false,
 }));
 
-/// The state, to read. Only with the writer lock held; [`record`] replaces its parts only
-/// after it has finished reading them, so no reference handed out here is live across a write.
-fn state() -> &'static State {
-    // SAFETY: see above: the writer lock serialises every access.
-    unsafe { &*STATE.0.get() }
+/// The state. Only with the writer lock held, which serialises every access, so the one
+/// reference made here is the only one live.
+fn state() -> &'static mut State {
+    // SAFETY: see above.
+    unsafe { &mut *STATE.0.get() }
 }
 
 fn arcs() -> &'static [Gone] {
-    state().arcs.as_ref().map_or(&[], |a| a.as_slice())
+    let st = state();
+    if st.arcs.is_null() {
+        return &[];
+    }
+    // SAFETY: arcs_len entries of the reservation were written by record().
+    unsafe { core::slice::from_raw_parts(st.arcs, st.arcs_len) }
 }
 
-fn load(i: usize) -> &'static Module {
-    let loads = state().loads.as_ref().map_or(&[][..], |l| l.as_slice());
-    &loads[i]
+fn load(i: usize) -> Module {
+    // SAFETY: i < loads_len (a retired arc names the load recorded with it).
+    unsafe { *state().loads.add(i) }
+}
+
+/// Maps the reservations, before the first library is unloaded. Writer lock held.
+pub fn prepare() {
+    let st = state();
+    if !st.arcs.is_null() || st.full {
+        return;
+    }
+    let arcs = crate::sys::map_zeroed(MAX_ARCS * core::mem::size_of::<Gone>());
+    let loads = crate::sys::map_zeroed(MAX_LOADS * core::mem::size_of::<Module>());
+    match (arcs, loads) {
+        (Some(a), Some(l)) => {
+            st.arcs = a.cast().as_ptr();
+            st.loads = l.cast().as_ptr();
+        }
+        _ => st.full = true,
+    }
 }
 
 /// Calls counted at the runtime addresses of `a` by libraries since unloaded. Writer lock held.
@@ -68,9 +103,12 @@ pub fn counted_before(a: &Arc) -> u64 {
 
 /// How many arcs earlier loads of `m`'s library file left. Writer lock held.
 pub fn earlier_loads(m: &Module) -> usize {
+    if m.path().is_empty() {
+        return 0;
+    }
     arcs()
         .iter()
-        .filter(|g| load(g.load).path() == m.path() && !m.path().is_empty())
+        .filter(|g| load(g.load).path() == m.path())
         .count()
 }
 
@@ -92,54 +130,61 @@ pub fn add_earlier_loads(m: &Module, mut f: impl FnMut(Arc)) {
     }
 }
 
-/// Keeps the counts of `m`, which has just been unloaded, apart. Writer lock held. If memory
-/// runs out, later profiles of the addresses it used may include its counts: said on stderr.
+/// Keeps the counts of `m`, which has just been unloaded, apart. Writer lock held. If the
+/// reservations are full, later profiles of the addresses it used may include its counts:
+/// said on stderr, once.
 pub fn record(m: &Module, rec: &Recorded) {
-    let new_arcs: usize = rec
-        .arcs()
-        .iter()
-        .filter(|a| m.contains(a.from) && m.contains(a.to))
-        .count();
-    if new_arcs == 0 {
-        return;
-    }
-    let old_loads = state().loads.as_ref().map_or(&[][..], |l| l.as_slice());
-    let Some(mut loads) = Scratch::<Module>::new(old_loads.len() + 1) else {
-        message!("cannot map memory to keep the counts of an unloaded library apart");
-        return;
-    };
-    for l in old_loads {
-        loads.push(*l);
-    }
-    let index = old_loads.len();
-    loads.push(*m);
-    let old = arcs();
-    let Some(mut all) = Scratch::<Gone>::new(old.len() + new_arcs) else {
-        message!("cannot map memory to keep the counts of an unloaded library apart");
-        return;
-    };
-    for g in old {
-        all.push(*g);
-    }
-    for a in rec.arcs() {
-        if m.contains(a.from) && m.contains(a.to) {
-            let count = a.count - counted_before(a).min(a.count);
-            if count > 0 {
-                all.push(Gone {
-                    from: a.from,
-                    to: a.to,
-                    count,
-                    load: index,
-                });
+    prepare();
+    let new: Scratch<Gone>;
+    {
+        let mut fresh = match Scratch::<Gone>::new(rec.arcs().len()) {
+            Some(s) => s,
+            None => return say_full(),
+        };
+        let index = state().loads_len;
+        for a in rec.arcs() {
+            if m.contains(a.from) && m.contains(a.to) {
+                let count = a.count - counted_before(a).min(a.count);
+                if count > 0 {
+                    fresh.push(Gone {
+                        from: a.from,
+                        to: a.to,
+                        count,
+                        load: index,
+                    });
+                }
             }
         }
+        new = fresh;
     }
-    all.as_mut_slice().sort_unstable_by_key(|g| (g.from, g.to));
-    // SAFETY: the writer lock is held and every reference from state() above is dead: the old
-    // arrays are dropped (unmapped) here, after their contents were copied.
+    let st = state();
+    let added = new.as_slice().len();
+    if added == 0 {
+        return;
+    }
+    if st.arcs.is_null() || st.loads_len == MAX_LOADS || st.arcs_len + added > MAX_ARCS {
+        return say_full();
+    }
+    // SAFETY: both indexes are within the reservations (checked above); nothing else refers to
+    // the slots written.
     unsafe {
-        let st = &mut *STATE.0.get();
-        st.arcs = Some(all);
-        st.loads = Some(loads);
+        st.loads.add(st.loads_len).write(*m);
+        core::ptr::copy_nonoverlapping(new.as_slice().as_ptr(), st.arcs.add(st.arcs_len), added);
+    }
+    st.loads_len += 1;
+    st.arcs_len += added;
+    // SAFETY: arcs_len entries are initialised.
+    let all = unsafe { core::slice::from_raw_parts_mut(st.arcs, st.arcs_len) };
+    all.sort_unstable_by_key(|g| (g.from, g.to));
+}
+
+fn say_full() {
+    let st = state();
+    if !st.full {
+        st.full = true;
+        message!(
+            "cannot keep the counts of unloaded libraries apart any more: a library loaded later \
+             at the same address may show some of them"
+        );
     }
 }

@@ -559,6 +559,9 @@ extern "C" fn module_closing(bias: usize, path: *const core::ffi::c_char, state:
         ),
         _ => None,
     };
+    if found.is_some() {
+        gmon::prepare_unload();
+    }
     // SAFETY: the caller's buffer holds MODULE_STATE_BYTES bytes, 8-aligned (src/interpose.c).
     unsafe {
         core::ptr::addr_of_mut!((*state).valid).write(found.is_some());

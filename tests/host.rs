@@ -748,3 +748,247 @@ fn without_sampling_gprof_still_reads_the_counts() {
     );
     assert_eq!(flat.total_seconds(), 0.0);
 }
+
+/// The profile files a directory holds (name -> gprof's flat profile of `exe`).
+fn profiles(dir: &Path, exe: &Path) -> std::collections::BTreeMap<String, Flat> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("gmon.out"))
+        .map(|n| {
+            let flat = gprof_flat(X86_64, exe, &dir.join(&n));
+            (n, flat)
+        })
+        .collect()
+}
+
+#[test]
+fn exec_never_kills_the_new_image() {
+    // ITIMER_PROF and a pending SIGPROF survive execve while the handler does not: a -pg
+    // program that execs a CPU-bound shell loop is killed ("Profiling timer expired") under
+    // glibc's gcrt. instrfn's per-thread POSIX timers are deleted by exec and never leave a
+    // signal pending, through the libc wrappers and the raw system call alike; the image's
+    // profile is written before it is replaced (unless a fork child recorded nothing).
+    let preload = preload_path();
+    const N: u64 = 3000;
+    for link in [Link::Preload, Link::Static] {
+        let dir = workdir(&format!("exec-{link:?}"));
+        let exe = build_c(&dir, "tree.c", &[], link);
+        let env = env_for(link, &preload, &[("INSTRFN_HZ", "10000")]);
+
+        let out = run_exe(X86_64, &exe, &["forkexec", &N.to_string()], &env, &dir);
+        let text = stdout_of(&out);
+        assert!(text.contains("child-done"), "{link:?} forkexec: {text}");
+        assert_eq!(reported(&text, "status"), 0.0, "{link:?} forkexec: {text}");
+        let files = profiles(&dir, &exe);
+        assert_eq!(
+            files.len(),
+            1,
+            "{link:?}: the fork child recorded nothing: {:?}",
+            files.keys()
+        );
+        assert_calls(
+            &files["gmon.out"],
+            &[("work_a", N), ("work_b", N)],
+            &format!("{link:?} forkexec parent"),
+        );
+
+        for mode in ["exec", "rawexec"] {
+            let _ = std::fs::remove_file(dir.join("gmon.out"));
+            let out = run_exe(X86_64, &exe, &[mode, &N.to_string()], &env, &dir);
+            let text = stdout_of(&out);
+            assert!(text.contains("exec-done"), "{link:?} {mode}: {text}");
+            if mode == "exec" {
+                let flat = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
+                assert_calls(&flat, &[("work_a", N)], &format!("{link:?} before exec"));
+            } else {
+                // No wrapper saw the raw system call: nothing written, nothing killed.
+                assert!(!dir.join("gmon.out").exists(), "{link:?} rawexec");
+            }
+        }
+
+        // A failed exec leaves profiling running: counts and samples go on.
+        let _ = std::fs::remove_file(dir.join("gmon.out"));
+        let out = run_exe(X86_64, &exe, &["execfail", &N.to_string()], &env, &dir);
+        assert_eq!(reported(&stdout_of(&out), "errno"), 2.0);
+        let flat = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
+        assert_calls(&flat, &[("work_a", 2 * N)], &format!("{link:?} execfail"));
+        let hot = flat.entries.get("hot").map_or(0.0, |e| e.self_seconds);
+        assert!(
+            hot >= 0.2,
+            "{link:?}: no samples after the failed exec\n{}",
+            flat.text
+        );
+    }
+}
+
+#[test]
+fn process_trees_leave_one_profile_per_image() {
+    let preload = preload_path();
+    const N: u64 = 1000;
+    let dir = workdir("tree");
+    let exe = build_c(&dir, "tree.c", &[], Link::Preload);
+    let env = [("LD_PRELOAD", preload.as_str())];
+
+    // Three images of one pid, each exec'ing the next: gmon.out, gmon.out.<pid>.2, .3.
+    let out = run_exe(X86_64, &exe, &["reexec", &N.to_string(), "2"], &env, &dir);
+    let pid = reported(&stdout_of(&out), "pid") as u32;
+    let files = profiles(&dir, &exe);
+    let names: Vec<&str> = files.keys().map(String::as_str).collect();
+    let (second, third) = (format!("gmon.out.{pid}.2"), format!("gmon.out.{pid}.3"));
+    assert_eq!(names, ["gmon.out", second.as_str(), third.as_str()]);
+    for (name, flat) in &files {
+        assert_calls(flat, &[("work_a", N)], name);
+    }
+
+    // posix_spawn'ed children, with the parent's environment and with one of their own.
+    for envmode in ["inherit", "own"] {
+        let dir = workdir(&format!("tree-spawn-{envmode}"));
+        let out = run_exe(
+            X86_64,
+            &exe,
+            &["spawn", &N.to_string(), envmode],
+            &env,
+            &dir,
+        );
+        let child = reported(&stdout_of(&out), "child") as u32;
+        let files = profiles(&dir, &exe);
+        let child_file = format!("gmon.out.{child}");
+        let names: Vec<&str> = files.keys().map(String::as_str).collect();
+        assert_eq!(names, ["gmon.out", child_file.as_str()], "{envmode}");
+        assert_calls(&files["gmon.out"], &[("work_a", N), ("work_b", 0)], envmode);
+        assert_calls(
+            &files[&child_file],
+            &[("work_b", 2 * N), ("work_a", 0)],
+            envmode,
+        );
+    }
+
+    // Instrumented programs under an uninstrumented shell that inherited LD_PRELOAD: the
+    // shell is the root (and writes nothing); each program writes gmon.out.<its pid>.
+    let dir = workdir("tree-shell");
+    let script = format!("{0} child 100; {0} child 200", exe.display());
+    run_ok(
+        Command::new("sh")
+            .args(["-c", &script])
+            .env("LD_PRELOAD", &preload)
+            .current_dir(&dir),
+    );
+    let files = profiles(&dir, &exe);
+    assert_eq!(files.len(), 2, "{:?}", files.keys());
+    assert!(!files.contains_key("gmon.out"));
+    let mut counts: Vec<u64> = files.values().map(|f| f.calls("work_b")).collect();
+    counts.sort();
+    assert_eq!(counts, [100, 200]);
+}
+
+/// Builds tests/fixtures/c/libwork.c as `dir/<name>` (`-pg -fPIC -shared`, plus `extra`).
+fn build_library(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
+    let src = fixture("c/libwork.c");
+    let mut args: Vec<&OsStr> = ["-O2", "-pg", "-fPIC", "-shared"]
+        .iter()
+        .map(OsStr::new)
+        .collect();
+    args.extend(extra.iter().map(OsStr::new));
+    args.push(src.as_os_str());
+    cc(X86_64, &args, &dir.join(name))
+}
+
+#[test]
+fn shared_libraries_get_profiles_of_their_own() {
+    // gprof reads one ELF file: each instrumented library gets its profile, at its own
+    // link-time addresses, beside the executable's, whether linked, dlopen'ed, or unloaded by
+    // dlclose before exit (then written at the dlclose); another library loaded later at the
+    // same address does not inherit its counts; a library loaded twice sums both loads.
+    let preload = preload_path();
+    const N: u64 = 5000;
+    let dir = workdir("libraries");
+    let libwork = build_library(&dir, "libwork.so", &[]);
+    let libother = build_library(&dir, "libother.so", &["-DOTHER"]);
+    let src = fixture("c/libuser.c");
+    let compile = |obj: &Path, defines: &[&str]| {
+        let mut args: Vec<&OsStr> = ["-O2", "-pg", "-c"].iter().map(OsStr::new).collect();
+        args.extend(defines.iter().map(OsStr::new));
+        args.push(src.as_os_str());
+        cc(X86_64, &args, obj);
+    };
+    // Linked with libwork.so, and (without -DLINKED) a loader that only dlopens libraries, so
+    // that its dlclose really unloads them.
+    let (obj_linked, obj_loader) = (dir.join("linked.o"), dir.join("loader.o"));
+    compile(&obj_linked, &["-DLINKED"]);
+    compile(&obj_loader, &[]);
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    let linked_args = [
+        obj_linked.as_os_str(),
+        libwork.as_os_str(),
+        OsStr::new(&rpath),
+        OsStr::new("-ldl"),
+    ];
+    let linked = cc(X86_64, &linked_args, &dir.join("libuser"));
+    let loader_args = [obj_loader.as_os_str(), OsStr::new("-ldl")];
+    let loader = cc(X86_64, &loader_args, &dir.join("libuser-dl"));
+    let env = [("LD_PRELOAD", preload.as_str())];
+    let n = N.to_string();
+    let (work, other) = (
+        libwork.display().to_string(),
+        libother.display().to_string(),
+    );
+
+    for (mode, exe, args) in [
+        ("linked", &linked, vec!["linked", &n]),
+        ("dlopen", &loader, vec!["dlopen", &n, &work]),
+    ] {
+        let run_dir = workdir(&format!("libraries-{mode}"));
+        run_exe(X86_64, exe, &args, &env, &run_dir);
+        let flat = gprof_flat(X86_64, exe, &run_dir.join("gmon.out"));
+        assert_calls(&flat, &[("local", N)], mode);
+        let profile = run_dir.join("gmon.out.libwork.so");
+        assert_calls(
+            &gprof_flat(X86_64, &libwork, &profile),
+            &[("lib_inner", N)],
+            mode,
+        );
+        let graph = gprof_graph(X86_64, &libwork, &profile);
+        assert!(
+            graph.contains(&format!("{N}/{N}        lib_outer")),
+            "{mode}: lib_outer -> lib_inner not in the call graph:\n{graph}"
+        );
+    }
+
+    // Unloaded, then another library at the same address (the loader reuses the range). No
+    // sampling here: a thread's first sample maps its pc table, which could take the range
+    // before the loader does.
+    let run_dir = workdir("libraries-reload");
+    let quiet = [("LD_PRELOAD", preload.as_str()), ("INSTRFN_HZ", "0")];
+    let args = ["reload", &n, &work, &other];
+    let out = run_exe(X86_64, &loader, &args, &quiet, &run_dir);
+    let bases: Vec<String> = stdout_of(&out)
+        .split_whitespace()
+        .skip(1)
+        .map(String::from)
+        .collect();
+    assert_eq!(
+        bases[0], bases[1],
+        "libother.so was not loaded where libwork.so was"
+    );
+    let work_flat = gprof_flat(X86_64, &libwork, &run_dir.join("gmon.out.libwork.so"));
+    assert_calls(&work_flat, &[("lib_inner", N)], "unloaded libwork.so");
+    let other_flat = gprof_flat(X86_64, &libother, &run_dir.join("gmon.out.libother.so"));
+    assert_calls(
+        &other_flat,
+        &[("other_inner", 2 * N)],
+        "libother.so, same address",
+    );
+    assert_eq!(
+        other_flat.entries.len(),
+        1,
+        "libwork.so's counts leaked into libother.so's profile:\n{}",
+        other_flat.text
+    );
+
+    // The same library loaded and unloaded twice: one profile with both loads.
+    let run_dir = workdir("libraries-twice");
+    run_exe(X86_64, &loader, &["twice", &n, &work], &env, &run_dir);
+    let flat = gprof_flat(X86_64, &libwork, &run_dir.join("gmon.out.libwork.so"));
+    assert_calls(&flat, &[("lib_inner", 2 * N)], "loaded twice");
+}
