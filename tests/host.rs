@@ -992,3 +992,132 @@ fn shared_libraries_get_profiles_of_their_own() {
     let flat = gprof_flat(X86_64, &libwork, &run_dir.join("gmon.out.libwork.so"));
     assert_calls(&flat, &[("lib_inner", 2 * N)], "loaded twice");
 }
+
+#[test]
+fn first_call_in_a_signal_handler_that_interrupted_malloc() {
+    // Start-up and every thread's first call run inside a signal handler that interrupts
+    // malloc, in a program that made 40 pthread keys first (glibc allocates for key values
+    // from index 32 on): nothing on the slow path may take a lock or allocate. The runtime
+    // that took atexit/pthread_atfork/pthread_key_create locks and called pthread_setspecific
+    // there hung here.
+    let dir = workdir("sigfirst");
+    let main_obj = dir.join("sigfirst.o");
+    let counted_obj = dir.join("sigfirst_counted.o");
+    let (main_src, counted_src) = (fixture("c/sigfirst.c"), fixture("c/sigfirst_counted.c"));
+    cc(
+        X86_64,
+        &[OsStr::new("-O2"), OsStr::new("-c"), main_src.as_os_str()],
+        &main_obj,
+    );
+    let pg = [
+        OsStr::new("-O2"),
+        OsStr::new("-pg"),
+        OsStr::new("-c"),
+        counted_src.as_os_str(),
+    ];
+    cc(X86_64, &pg, &counted_obj);
+    let lib = runtime_lib(X86_64, Lib::Static);
+    let objs = [
+        main_obj.as_os_str(),
+        counted_obj.as_os_str(),
+        OsStr::new("-lpthread"),
+    ];
+    let preloaded = cc(X86_64, &objs, &dir.join("sigfirst-preload"));
+    let mut st = objs.to_vec();
+    st.insert(2, lib.as_os_str());
+    let linked = cc(X86_64, &st, &dir.join("sigfirst-static"));
+    let preload = preload_path();
+    for (exe, env) in [
+        (&preloaded, vec![("LD_PRELOAD", preload.as_str())]),
+        (&linked, vec![]),
+    ] {
+        let _ = std::fs::remove_file(dir.join("gmon.out"));
+        let mut cmd = command(X86_64, exe, &["16", "1.5"], &env, &dir);
+        let out = run_within(&mut cmd, 60);
+        let handled = reported(&stdout_of(&out), "handled") as u64;
+        let flat = gprof_flat(X86_64, exe, &dir.join("gmon.out"));
+        assert_calls(&flat, &[("counted", handled)], &exe.display().to_string());
+    }
+}
+
+#[test]
+fn fork_while_the_dump_signal_arrives() {
+    // The dump signal hammers the forking thread: neither the fork handlers nor the writer may
+    // hold a lock across fork that the signal's writer then waits for (a deadlock the earlier
+    // runtime had). Every file each process wrote is readable, with its exact counts.
+    let dir = workdir("forkdump");
+    let exe = build_c(&dir, "scenarios.c", &[], Link::Static);
+    const N: u64 = 100;
+    let mut cmd = command(
+        X86_64,
+        &exe,
+        &["forkdump", &N.to_string()],
+        &[("INSTRFN_DUMP_SIGNAL", "USR1")],
+        &dir,
+    );
+    run_within(&mut cmd, 120);
+    let files = profiles(&dir, &exe);
+    assert_calls(
+        &files["gmon.out"],
+        &[("work_a", N), ("work_b", 0)],
+        "parent",
+    );
+    let children: Vec<_> = files
+        .iter()
+        .filter(|(n, _)| n.as_str() != "gmon.out")
+        .collect();
+    assert_eq!(children.len() as u64, N, "one profile per child");
+    for (name, flat) in children {
+        assert_calls(flat, &[("work_b", 10), ("work_a", 0)], name);
+    }
+}
+
+#[test]
+fn profiles_written_while_8_threads_count() {
+    // A write every 2 ms while 8 threads count: every file readable, counts never go down
+    // from one write to the next, and the last write (at exit) is exact.
+    let dir = workdir("dumps");
+    let exe = build_c(&dir, "scenarios.c", &[], Link::Static);
+    const M: u64 = 400_000;
+    let out = run_exe(X86_64, &exe, &["dumps", "8", &M.to_string()], &[], &dir);
+    let dumps = reported(&stdout_of(&out), "dumps") as usize;
+    assert!(dumps >= 3, "only {dumps} writes while counting");
+    let mut last = 0;
+    for k in 0..dumps {
+        let flat = gprof_flat(X86_64, &exe, &dir.join(format!("gmon.dump.{k}")));
+        let now = flat.calls("work_a");
+        assert!(now >= last, "write {k}: {now} calls after {last}");
+        last = now;
+    }
+    let flat = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
+    assert_calls(&flat, &[("work_a", 8 * M)], "at exit");
+}
+
+#[test]
+fn handlers_insert_new_arcs_while_the_thread_does() {
+    // A SIGALRM handler calling 64 distinct functions (new arcs, inserted from inside the
+    // handler) interrupts a thread that inserts 8192 new arcs and grows its table: every call
+    // of both is counted.
+    let dir = workdir("sigarcs");
+    let exe = build_c(&dir, "arcs.c", &[], Link::Static);
+    let out = run_exe(
+        X86_64,
+        &exe,
+        &["sigarcs", "1000"],
+        &[("INSTRFN_VERBOSE", "1")],
+        &dir,
+    );
+    let text = stdout_of(&out);
+    let handled = reported(&text, "handler") as u64;
+    assert!(handled > 100, "only {handled} signals");
+    let flat = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
+    let mut expected = vec![("work_a".to_string(), reported(&text, "work_a") as u64)];
+    for i in 1..=8 {
+        for j in 0..8 {
+            expected.push((format!("h{i}{j}"), handled));
+        }
+    }
+    let expected: Vec<(&str, u64)> = expected.iter().map(|(n, c)| (n.as_str(), *c)).collect();
+    assert_calls(&flat, &expected, "sigarcs");
+    assert_eq!(summary_value(&stderr_of(&out), "calls lost"), 0);
+}
