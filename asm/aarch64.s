@@ -416,3 +416,32 @@ instrfn_tls_get:
     ret
     .cfi_endproc
     .size instrfn_tls_get, .-instrfn_tls_get
+
+// instrfn_call_on_stack(f = x0, arg = x1, top = x2): as on x86_64 (asm/x86_64.s); x29 holds
+//   the caller's stack pointer.
+    .p2align 4
+    .globl instrfn_call_on_stack
+    .hidden instrfn_call_on_stack
+    .type instrfn_call_on_stack,%function
+instrfn_call_on_stack:
+    .cfi_startproc
+    stp     x29, x30, [sp, #-16]!
+    .cfi_def_cfa_offset 16
+    .cfi_offset x29, -16
+    .cfi_offset x30, -8
+    mov     x29, sp
+    .cfi_def_cfa_register x29
+    mov     x9, x0
+    mov     x0, x1
+    and     x2, x2, #-16
+    mov     sp, x2
+    blr     x9
+    mov     sp, x29
+    .cfi_def_cfa_register sp
+    ldp     x29, x30, [sp], #16
+    .cfi_def_cfa_offset 0
+    .cfi_restore x29
+    .cfi_restore x30
+    ret
+    .cfi_endproc
+    .size instrfn_call_on_stack, .-instrfn_call_on_stack

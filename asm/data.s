@@ -67,6 +67,8 @@ instrfn_all_signals:
     .hidden instrfn_spawn_marker
     .hidden instrfn_module_closing
     .hidden instrfn_module_closed
+    .hidden instrfn_crash_hidden
+    .hidden instrfn_crash_yield
     .hidden instrfn_runtime
     .hidden instrfn_calls_lost
     .hidden instrfn_debug_call_guarded

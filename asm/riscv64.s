@@ -357,4 +357,37 @@ instrfn_tls_get:
     .cfi_endproc
     .size instrfn_tls_get, .-instrfn_tls_get
 
+# instrfn_call_on_stack(f = a0, arg = a1, top = a2): as on x86_64 (asm/x86_64.s); s0 holds the
+#   caller's stack pointer.
+    .p2align 2
+    .globl instrfn_call_on_stack
+    .hidden instrfn_call_on_stack
+    .type instrfn_call_on_stack,@function
+instrfn_call_on_stack:
+    .cfi_startproc
+    addi sp, sp, -16
+    .cfi_def_cfa_offset 16
+    sd ra, 8(sp)
+    .cfi_rel_offset ra, 8
+    sd s0, 0(sp)
+    .cfi_rel_offset s0, 0
+    addi s0, sp, 16
+    .cfi_def_cfa s0, 0
+    mv t0, a0
+    mv a0, a1
+    andi a2, a2, -16
+    mv sp, a2
+    jalr t0
+    addi sp, s0, -16
+    .cfi_def_cfa sp, 16
+    ld ra, 8(sp)
+    .cfi_restore ra
+    ld s0, 0(sp)
+    .cfi_restore s0
+    addi sp, sp, 16
+    .cfi_def_cfa_offset 0
+    ret
+    .cfi_endproc
+    .size instrfn_call_on_stack, .-instrfn_call_on_stack
+
     .option pop

@@ -450,3 +450,37 @@ instrfn_tls_get:
     br %r14
     .cfi_endproc
     .size instrfn_tls_get, .-instrfn_tls_get
+
+# instrfn_call_on_stack(f = r2, arg = r3, top = r4): as on x86_64 (asm/x86_64.s); r11 holds the
+#   caller's stack pointer; a 160-byte save area with a backchain is made below top.
+    .p2align 4
+    .globl instrfn_call_on_stack
+    .hidden instrfn_call_on_stack
+    .type instrfn_call_on_stack,@function
+instrfn_call_on_stack:
+    .cfi_startproc
+    stmg %r11,%r15,88(%r15)
+    .cfi_offset %r11, -72
+    .cfi_offset %r12, -64
+    .cfi_offset %r13, -56
+    .cfi_offset %r14, -48
+    .cfi_offset %r15, -40
+    lgr %r11,%r15
+    .cfi_def_cfa_register %r11
+    nill %r4,65528                   # top & -8
+    lay %r15,-160(%r4)
+    stg %r11,0(%r15)                 # backchain
+    lgr %r1,%r2
+    lgr %r2,%r3
+    basr %r14,%r1
+    lgr %r15,%r11
+    .cfi_def_cfa_register %r15
+    lmg %r11,%r15,88(%r15)
+    .cfi_restore %r11
+    .cfi_restore %r12
+    .cfi_restore %r13
+    .cfi_restore %r14
+    .cfi_restore %r15
+    br %r14
+    .cfi_endproc
+    .size instrfn_call_on_stack, .-instrfn_call_on_stack

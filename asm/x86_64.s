@@ -427,3 +427,30 @@ instrfn_tls_get:
     ret
     .cfi_endproc
     .size instrfn_tls_get, .-instrfn_tls_get
+
+# instrfn_call_on_stack(f = %rdi, arg = %rsi, top = %rdx): calls f(arg) with the stack pointer at
+#   top (rounded down to 16), and returns f's %rax on the caller's stack. For the crash handler,
+#   which may run on a small alternate signal stack (src/crash.rs). An ordinary call otherwise:
+#   clobbers what a call clobbers. Frame: %rbp holds the caller's stack pointer.
+    .p2align 4
+    .globl instrfn_call_on_stack
+    .hidden instrfn_call_on_stack
+    .type instrfn_call_on_stack,@function
+instrfn_call_on_stack:
+    .cfi_startproc
+    pushq %rbp
+    .cfi_adjust_cfa_offset 8
+    .cfi_rel_offset %rbp, 0
+    movq %rsp, %rbp
+    .cfi_def_cfa_register %rbp
+    movq %rdx, %rsp
+    andq $-16, %rsp
+    movq %rdi, %rax
+    movq %rsi, %rdi
+    call *%rax
+    movq %rbp, %rsp
+    popq %rbp
+    .cfi_def_cfa %rsp, 8
+    ret
+    .cfi_endproc
+    .size instrfn_call_on_stack, .-instrfn_call_on_stack

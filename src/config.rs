@@ -22,6 +22,8 @@ pub struct Config {
     pub start: bool,
     /// Print a summary line each time gmon.out is written.
     pub verbose: bool,
+    /// Write the profile when the program crashes (src/crash.rs).
+    pub crash_write: bool,
     /// GMON_OUT_PREFIX: output goes to `<prefix>.<pid>`.
     pub prefix: [u8; MAX_PREFIX],
     pub prefix_len: usize,
@@ -40,6 +42,7 @@ impl Config {
         max_arcs: DEFAULT_MAX_ARCS,
         start: true,
         verbose: false,
+        crash_write: true,
         prefix: [0; MAX_PREFIX],
         prefix_len: 0,
     };
@@ -107,6 +110,17 @@ impl Config {
                     v,
                     format_args!("on or off (also 1/0, yes/no, true/false)"),
                     format_args!("off"),
+                ),
+            }
+        }
+        if let Some(v) = var(c"INSTRFN_CRASH_WRITE") {
+            match parse_bool(v) {
+                Some(b) => c.crash_write = b,
+                None => invalid(
+                    "INSTRFN_CRASH_WRITE",
+                    v,
+                    format_args!("on or off (also 1/0, yes/no, true/false)"),
+                    format_args!("on"),
                 ),
             }
         }

@@ -55,7 +55,14 @@ struct WriterGuard;
 impl WriterLock {
     /// None if the calling thread holds the lock already.
     fn lock(&self) -> Option<WriterGuard> {
+        self.lock_within(u64::MAX)
+    }
+
+    /// As [`lock`](Self::lock), and None after `ns` nanoseconds of waiting for another thread.
+    fn lock_within(&self, ns: u64) -> Option<WriterGuard> {
         let me = sys::gettid();
+        let start = sys::monotonic_ns();
+        let mut spins = 0u32;
         loop {
             match self
                 .owner
@@ -63,7 +70,16 @@ impl WriterLock {
             {
                 Ok(_) => return Some(WriterGuard),
                 Err(owner) if owner == me => return None,
-                Err(_) => core::hint::spin_loop(),
+                Err(_) => {
+                    core::hint::spin_loop();
+                    spins = spins.wrapping_add(1);
+                    if ns != u64::MAX
+                        && spins % 1024 == 0
+                        && sys::monotonic_ns().saturating_sub(start) > ns
+                    {
+                        return None;
+                    }
+                }
             }
         }
     }
@@ -296,9 +312,13 @@ impl Recorded {
 /// Writes every profile. Returns 0 or an errno value (after printing why). `quiet` suppresses
 /// the summary and loss lines, not errors.
 pub fn write(rt: &Runtime, quiet: bool) -> c_int {
-    let Some(_lock) = WRITER.lock() else {
-        return libc::EDEADLK;
-    };
+    match WRITER.lock() {
+        Some(lock) => write_locked(rt, quiet, &lock),
+        None => libc::EDEADLK,
+    }
+}
+
+fn write_locked(rt: &Runtime, quiet: bool, _lock: &WriterGuard) -> c_int {
     let mut path = StackBuf::<PATH_MAX>::new();
     process::profile_path(rt.config.prefix(), &mut path);
     let Some(path) = path.as_cstr() else {
@@ -365,6 +385,17 @@ pub fn write(rt: &Runtime, quiet: bool) -> c_int {
     match result {
         Ok(()) => 0,
         Err(e) => e,
+    }
+}
+
+/// The program crashed (src/crash.rs): writes every profile, unless the writer is running on
+/// this very thread (the crash is in it) or does not finish on another within two seconds.
+pub fn write_on_crash(rt: &Runtime) {
+    match WRITER.lock_within(2_000_000_000) {
+        Some(lock) => {
+            write_locked(rt, false, &lock);
+        }
+        None => message!("the program crashed while the profile was being written; not written"),
     }
 }
 

@@ -16,6 +16,10 @@
  *   posix_spawn* the child's environment carries the INSTRFN_TREE entry.
  *   dlclose      a library that is really unloaded gets its profile written, and its counts
  *                are kept apart from whatever is loaded at its address later.
+ *   sigaction    instrfn's crash handlers (src/crash.rs) are invisible to the program: asking
+ *                for SIGSEGV's action while instrfn's handler is installed shows the action
+ *                before it (SIG_DFL), and setting one replaces instrfn's handler for good.
+ *                Rust's std installs its stack-overflow handler only if it finds SIG_DFL.
  *
  * Variadic execl* gather their arguments on the stack, as glibc does. No allocation anywhere:
  * the environment with the marker is a stack array, so the wrappers are as safe as the
@@ -32,6 +36,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <signal.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -42,6 +47,8 @@ void instrfn_exec_failed(void);
 void instrfn_spawn_marker(char *marker, size_t len);
 void instrfn_module_closing(uintptr_t bias, const char *path, void *state);
 void instrfn_module_closed(void *state);
+int instrfn_crash_hidden(int sig, struct sigaction *shown);
+void instrfn_crash_yield(int sig);
 
 #define HIDDEN __attribute__((visibility("hidden")))
 #define MARKER_BYTES 64
@@ -60,6 +67,9 @@ static execveat_fn *real_execveat;
 static fexecve_fn *real_fexecve;
 static spawn_fn *real_posix_spawn, *real_posix_spawnp;
 static dlclose_fn *real_dlclose;
+typedef int sigaction_fn(int, const struct sigaction *, struct sigaction *);
+/* Also used by the runtime for its own handlers (src/sys.rs). */
+HIDDEN sigaction_fn *instrfn_real_sigaction;
 
 __attribute__((constructor)) static void resolve(void) {
     real_execve = (execve_fn *)dlsym(RTLD_NEXT, "execve");
@@ -69,6 +79,8 @@ __attribute__((constructor)) static void resolve(void) {
     real_posix_spawn = (spawn_fn *)dlsym(RTLD_NEXT, "posix_spawn");
     real_posix_spawnp = (spawn_fn *)dlsym(RTLD_NEXT, "posix_spawnp");
     real_dlclose = (dlclose_fn *)dlsym(RTLD_NEXT, "dlclose");
+    if (!instrfn_real_sigaction)
+        instrfn_real_sigaction = (sigaction_fn *)dlsym(RTLD_NEXT, "sigaction");
 }
 
 static size_t count(char *const v[]) {
@@ -225,4 +237,20 @@ HIDDEN int instrfn_c_dlclose(void *handle) {
     instrfn_module_closed(state);
     errno = e;
     return r;
+}
+
+HIDDEN int instrfn_c_sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+    if (!instrfn_real_sigaction) /* called before the constructor (another one's) */
+        instrfn_real_sigaction = (sigaction_fn *)dlsym(RTLD_NEXT, "sigaction");
+    struct sigaction shown;
+    if (instrfn_crash_hidden(sig, &shown)) {
+        if (act) {
+            int r = instrfn_real_sigaction(sig, act, NULL);
+            if (r != 0) return r;
+            instrfn_crash_yield(sig);
+        }
+        if (old) *old = shown;
+        return 0;
+    }
+    return instrfn_real_sigaction(sig, act, old);
 }

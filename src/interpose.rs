@@ -37,4 +37,5 @@ interposers! {
     posix_spawn => instrfn_c_posix_spawn,
     posix_spawnp => instrfn_c_posix_spawnp,
     dlclose => instrfn_c_dlclose,
+    sigaction => instrfn_c_sigaction,
 }

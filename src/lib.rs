@@ -29,6 +29,7 @@ mod sys;
 mod arch;
 mod arcs;
 mod config;
+mod crash;
 mod gmon;
 #[cfg(all(
     target_env = "gnu",

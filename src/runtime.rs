@@ -159,6 +159,9 @@ fn start_up() -> Runtime {
     if let Some(sig) = config.dump_signal {
         install_dump_signal(sig);
     }
+    if config.crash_write {
+        crate::crash::install();
+    }
     Runtime {
         config,
         exe,
@@ -169,27 +172,23 @@ fn start_up() -> Runtime {
 }
 
 fn install_dump_signal(sig: c_int) {
-    // SAFETY: query, then install a valid SA_SIGINFO handler with every signal masked.
-    unsafe {
-        let mut old: libc::sigaction = core::mem::zeroed();
-        libc::sigaction(sig, core::ptr::null(), &mut old);
-        if old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN {
-            message!(
-                "INSTRFN_DUMP_SIGNAL: the program handles signal {sig} itself; not installing \
-                 the dump handler"
-            );
-            return;
-        }
-        let mut act: libc::sigaction = core::mem::zeroed();
-        act.sa_sigaction = instrfn_dump_entry as *const () as usize;
-        act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-        libc::sigfillset(&mut act.sa_mask);
-        if libc::sigaction(sig, &act, core::ptr::null_mut()) != 0 {
-            message!(
-                "cannot install the handler for signal {sig}: {}",
-                sys::Errno(sys::errno())
-            );
-        }
+    let old = sys::handler_of(sig);
+    if old != libc::SIG_DFL && old != libc::SIG_IGN {
+        message!(
+            "INSTRFN_DUMP_SIGNAL: the program handles signal {sig} itself; not installing the \
+             dump handler"
+        );
+        return;
+    }
+    if !sys::install_handler(
+        sig,
+        instrfn_dump_entry as *const () as usize,
+        libc::SA_RESTART,
+    ) {
+        message!(
+            "cannot install the handler for signal {sig}: {}",
+            sys::Errno(sys::errno())
+        );
     }
 }
 

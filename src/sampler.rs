@@ -265,15 +265,14 @@ pub fn start(hz: u32) -> bool {
     if hz == 0 {
         return false;
     }
-    // SAFETY: queries only (null new action / value).
-    let (old_action, old_timer) = unsafe {
-        let mut act: libc::sigaction = core::mem::zeroed();
-        libc::sigaction(libc::SIGPROF, ptr::null(), &mut act);
+    let old_action = sys::handler_of(libc::SIGPROF);
+    // SAFETY: a query only (all-zero is a valid itimerval to fill).
+    let old_timer = unsafe {
         let mut it: libc::itimerval = core::mem::zeroed();
         libc::getitimer(libc::ITIMER_PROF, &mut it);
-        (act, it)
+        it
     };
-    if old_action.sa_sigaction != libc::SIG_DFL && old_action.sa_sigaction != libc::SIG_IGN {
+    if old_action != libc::SIG_DFL && old_action != libc::SIG_IGN {
         message!("the program has its own SIGPROF handler; gmon.out will have no pc histogram");
         return false;
     }
@@ -281,16 +280,8 @@ pub fn start(hz: u32) -> bool {
         message!("the program runs its own ITIMER_PROF; gmon.out will have no pc histogram");
         return false;
     }
-    // SAFETY: installs a handler whose entry is a valid SA_SIGINFO function; the mask blocks
-    // every signal while it runs.
-    let installed = unsafe {
-        let mut act: libc::sigaction = core::mem::zeroed();
-        act.sa_sigaction = instrfn_sigprof_entry as *const () as usize;
-        act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-        libc::sigfillset(&mut act.sa_mask);
-        libc::sigaction(libc::SIGPROF, &act, ptr::null_mut()) == 0
-    };
-    if !installed {
+    let entry = instrfn_sigprof_entry as *const () as usize;
+    if !sys::install_handler(libc::SIGPROF, entry, libc::SA_RESTART) {
         message!(
             "cannot install the SIGPROF handler: {}",
             sys::Errno(sys::errno())
@@ -449,13 +440,8 @@ pub struct Snapshot {
 /// Checks the handler (stopping the timers for good if the program replaced it) and sums the
 /// losses.
 pub fn snapshot() -> Snapshot {
-    // SAFETY: query only.
-    let handler_intact = !active()
-        || unsafe {
-            let mut act: libc::sigaction = core::mem::zeroed();
-            libc::sigaction(libc::SIGPROF, ptr::null(), &mut act);
-            act.sa_sigaction == instrfn_sigprof_entry as *const () as usize
-        };
+    let handler_intact =
+        !active() || sys::handler_of(libc::SIGPROF) == instrfn_sigprof_entry as *const () as usize;
     if !handler_intact && !EVICTED.swap(true, Ordering::Relaxed) {
         pause();
     }

@@ -35,6 +35,69 @@ pub unsafe fn unmap(p: NonNull<u8>, len: usize) {
     unsafe { libc::munmap(p.as_ptr().cast(), len) };
 }
 
+#[cfg(all(
+    target_env = "gnu",
+    any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "riscv64",
+        target_arch = "s390x"
+    )
+))]
+unsafe extern "C" {
+    /// libc's own sigaction (src/interpose.c wraps the exported name), or null before that
+    /// file's constructor has run.
+    static instrfn_real_sigaction:
+        Option<unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int>;
+}
+
+/// libc's sigaction, past instrfn's own wrapper of it (which hides instrfn's crash handlers
+/// from the program, src/crash.rs). Returns whether it succeeded.
+pub fn sigaction(
+    sig: c_int,
+    act: Option<&libc::sigaction>,
+    old: Option<&mut libc::sigaction>,
+) -> bool {
+    let act = act.map_or(core::ptr::null(), |a| a as *const libc::sigaction);
+    let old = old.map_or(core::ptr::null_mut(), |o| o as *mut libc::sigaction);
+    #[cfg(all(
+        target_env = "gnu",
+        any(
+            target_arch = "x86_64",
+            target_arch = "aarch64",
+            target_arch = "riscv64",
+            target_arch = "s390x"
+        )
+    ))]
+    // SAFETY: reads a pointer the C constructor wrote before any runtime code ran.
+    if let Some(real) = unsafe { instrfn_real_sigaction } {
+        // SAFETY: valid (or null) action pointers for libc's sigaction.
+        return unsafe { real(sig, act, old) } == 0;
+    }
+    // SAFETY: valid (or null) action pointers.
+    unsafe { libc::sigaction(sig, act, old) == 0 }
+}
+
+/// The handler address installed for `sig` (SIG_DFL, SIG_IGN or a function).
+pub fn handler_of(sig: c_int) -> usize {
+    // SAFETY: all-zero is a valid sigaction to be filled.
+    let mut old: libc::sigaction = unsafe { core::mem::zeroed() };
+    sigaction(sig, None, Some(&mut old));
+    old.sa_sigaction
+}
+
+/// Installs `handler` (an SA_SIGINFO function) for `sig` with every signal masked while it
+/// runs, and `flags` added.
+pub fn install_handler(sig: c_int, handler: usize, flags: c_int) -> bool {
+    // SAFETY: all-zero is a valid sigaction; sigfillset fills its mask.
+    let mut act: libc::sigaction = unsafe { core::mem::zeroed() };
+    act.sa_sigaction = handler;
+    act.sa_flags = libc::SA_SIGINFO | flags;
+    // SAFETY: act.sa_mask is a valid sigset.
+    unsafe { libc::sigfillset(&mut act.sa_mask) };
+    sigaction(sig, Some(&act), None)
+}
+
 /// errno of the last failed call.
 pub fn errno() -> c_int {
     // SAFETY: __errno_location returns this thread's errno slot.
@@ -210,6 +273,17 @@ impl fmt::Display for Errno {
         };
         f.write_str(text)
     }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (the vDSO: no system call, async-signal-safe).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// This thread's kernel thread id.

@@ -60,6 +60,9 @@ pub struct ThreadBlock {
     pub timer: AtomicI32,
     /// The owner's pc samples (src/sampler.rs).
     pub samples: AtomicPtr<PcTable>,
+    /// An alternate signal stack for the crash handler (src/crash.rs), mapped when first
+    /// needed and handed on with the block.
+    altstack: AtomicPtr<u8>,
     /// Current table of the chain (the owner replaces it when it grows; readers Acquire it).
     /// The tables count the calls they could not take themselves.
     pub table: AtomicPtr<ArcTable>,
@@ -89,15 +92,29 @@ pub fn claim_block(max_arcs: usize) -> *mut ThreadBlock {
             .then(|| claim_orphan(me))
             .flatten()
     });
-    if let Some(block) = claimed {
-        sampler::thread_started(&block.timer);
-        return ptr::from_ref(block).cast_mut();
+    let block = claimed.or_else(|| new_block(me, max_arcs));
+    if let Some(block) = block {
+        thread_started(block);
     }
-    let new = new_block(me, max_arcs);
-    if let Some(block) = new {
-        sampler::thread_started(&block.timer);
+    block.map_or(ptr::null_mut(), |b| ptr::from_ref(b).cast_mut())
+}
+
+/// What a thread needs once it owns `block`: its sampling timer, and an alternate signal stack
+/// for the crash handler.
+fn thread_started(block: &ThreadBlock) {
+    sampler::thread_started(&block.timer);
+    if crate::crash::wants_alt_stack() {
+        let mut stack = block.altstack.load(Ordering::Relaxed);
+        if stack.is_null()
+            && let Some(mem) = sys::map_zeroed(crate::crash::ALT_STACK_BYTES)
+        {
+            stack = mem.as_ptr();
+            block.altstack.store(stack, Ordering::Relaxed);
+        }
+        if !stack.is_null() {
+            crate::crash::use_alt_stack(stack);
+        }
     }
-    new.map_or(ptr::null_mut(), |b| ptr::from_ref(b).cast_mut())
 }
 
 fn claim_free(me: u32) -> Option<&'static ThreadBlock> {
@@ -148,6 +165,7 @@ fn new_block(me: u32, max_arcs: usize) -> Option<&'static ThreadBlock> {
                 tid: AtomicU32::new(me),
                 timer: AtomicI32::new(-1),
                 samples: AtomicPtr::new(ptr::null_mut()),
+                altstack: AtomicPtr::new(ptr::null_mut()),
                 table: AtomicPtr::new(table),
             });
         }

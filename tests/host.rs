@@ -1121,3 +1121,144 @@ fn handlers_insert_new_arcs_while_the_thread_does() {
     assert_calls(&flat, &expected, "sigarcs");
     assert_eq!(summary_value(&stderr_of(&out), "calls lost"), 0);
 }
+
+/// Runs `exe args` under `sh -c 'ulimit -c unlimited; exec ...'` (so a core dump is possible)
+/// and returns its exit status.
+fn run_crashing(
+    exe: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    dir: &Path,
+) -> std::process::Output {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg("ulimit -c unlimited; exec \"$0\" \"$@\"")
+        .arg(exe)
+        .args(args)
+        .current_dir(dir);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    run(&mut cmd)
+}
+
+#[test]
+fn crashes_keep_the_profile_and_end_as_they_would() {
+    // After N counted calls the program crashes: the profile holds exactly N, and the process
+    // ends exactly as it does with INSTRFN_CRASH_WRITE=off (same signal, same core dump).
+    use std::os::unix::process::ExitStatusExt;
+    let preload = preload_path();
+    const N: u64 = 4321;
+    for link in [Link::Static, Link::Preload] {
+        let dir = workdir(&format!("crash-{link:?}"));
+        let exe = build_c(&dir, "scenarios.c", &[], link);
+        let kinds = [
+            ("segv", libc_sig::SEGV),
+            ("bus", libc_sig::BUS),
+            ("ill", libc_sig::ILL),
+            ("fpe", libc_sig::FPE),
+            ("abort", libc_sig::ABRT),
+            ("raise", libc_sig::SEGV),
+            ("overflow", libc_sig::SEGV),
+        ];
+        for (kind, sig) in kinds {
+            let context = format!("{link:?} {kind}");
+            let args = ["crash", &N.to_string(), kind];
+            let _ = std::fs::remove_file(dir.join("gmon.out"));
+            let off = run_crashing(
+                &exe,
+                &args,
+                &env_for(link, &preload, &[("INSTRFN_CRASH_WRITE", "off")]),
+                &dir,
+            );
+            assert_eq!(
+                off.status.signal(),
+                Some(sig),
+                "{context} without crash writes"
+            );
+            assert!(
+                !dir.join("gmon.out").exists(),
+                "{context}: written with INSTRFN_CRASH_WRITE=off"
+            );
+            let on = run_crashing(&exe, &args, &env_for(link, &preload, &[]), &dir);
+            assert_eq!(
+                on.status.signal(),
+                off.status.signal(),
+                "{context}: {}",
+                stderr_of(&on)
+            );
+            assert_eq!(
+                on.status.core_dumped(),
+                off.status.core_dumped(),
+                "{context}: core dump"
+            );
+            assert_eq!(
+                stderr_of(&on),
+                stderr_of(&off),
+                "{context}: the program's output"
+            );
+            let flat = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
+            assert_calls(&flat, &[("work_a", N)], &context);
+        }
+        for core in std::fs::read_dir(&dir).unwrap().flatten() {
+            if core.file_name().to_string_lossy().starts_with("core") {
+                let _ = std::fs::remove_file(core.path());
+            }
+        }
+    }
+}
+
+/// Signal numbers on Linux (x86_64).
+mod libc_sig {
+    pub const ILL: i32 = 4;
+    pub const ABRT: i32 = 6;
+    pub const BUS: i32 = 7;
+    pub const FPE: i32 = 8;
+    pub const SEGV: i32 = 11;
+}
+
+#[test]
+fn rust_stack_overflow_message_and_status_unchanged() {
+    // Rust's std (glibc) installs its stack-overflow handler only if SIGSEGV is at its default
+    // when main starts, which is after instrfn started: its message and abort must survive,
+    // and the profile is written too. On musl std reports nothing (a plain SIGSEGV), and
+    // instrfn leaves SIGSEGV alone there: the same end, no profile.
+    use std::os::unix::process::ExitStatusExt;
+    for triple in ["x86_64-unknown-linux-gnu", "x86_64-unknown-linux-musl"] {
+        let exe = build_instrumented_rust("rust-app", triple, "rust-app");
+        let dir = workdir(&format!("rust-overflow-{triple}"));
+        let args = ["overflow", "777"];
+        let off = run_crashing(&exe, &args, &[("INSTRFN_CRASH_WRITE", "off")], &dir);
+        let on = run_crashing(&exe, &args, &[], &dir);
+        assert_eq!(on.status.signal(), off.status.signal(), "{triple}");
+        assert_eq!(
+            stderr_of(&on),
+            stderr_of(&off).replace(&pid_of(&off), &pid_of(&on))
+        );
+        if triple.ends_with("gnu") {
+            assert!(
+                stderr_of(&on).contains("has overflowed its stack"),
+                "{triple}: {}",
+                stderr_of(&on)
+            );
+            assert_eq!(on.status.signal(), Some(libc_sig::ABRT), "{triple}");
+            let flat = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
+            assert_calls(&flat, &[("rust_app::work_a", 777)], triple);
+        } else {
+            assert_eq!(on.status.signal(), Some(libc_sig::SEGV), "{triple}");
+        }
+        for core in std::fs::read_dir(&dir).unwrap().flatten() {
+            if core.file_name().to_string_lossy().starts_with("core") {
+                let _ = std::fs::remove_file(core.path());
+            }
+        }
+    }
+}
+
+/// The thread id Rust prints in "thread 'main' (<tid>) has overflowed its stack", or "".
+fn pid_of(out: &std::process::Output) -> String {
+    let err = stderr_of(out);
+    err.split_once("' (")
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map_or(String::new(), |(tid, _)| format!("({tid})"))
+}
