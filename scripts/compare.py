@@ -69,6 +69,15 @@ def timed(args, cwd, env=None):
     return wall, rss
 
 
+def profile(d):
+    """The one profile in run directory d: gmon.out, or gmon.out.<pid> when the workload ran
+    under GNU time, which inherited LD_PRELOAD and so is the root of the process tree."""
+    names = sorted(n for n in os.listdir(d) if n.startswith("gmon.out"))
+    if len(names) != 1:
+        die(f"expected one profile in {d}, found {names}")
+    return os.path.join(d, names[0])
+
+
 def gprof_calls(exe, gmon, names):
     out = sh(["gprof", "-b", "-p", exe, gmon])
     calls = {}
@@ -123,10 +132,13 @@ def main():
                 d = os.path.join(work, f"run-{name}")
                 os.makedirs(d, exist_ok=True)
                 env = {"LD_PRELOAD": PRELOAD} if name == "instrfn" else {}
+                for old in os.listdir(d):
+                    if old.startswith("gmon.out"):
+                        os.remove(os.path.join(d, old))
                 w, r = timed([exe[name]] + args, d, env)
                 best[name] = min(best.get(name, w), w)
                 rss[name] = max(rss.get(name, r), r)
-        counted = {n: gprof_calls(exe[n], os.path.join(work, f"run-{n}", "gmon.out"),
+        counted = {n: gprof_calls(exe[n], profile(os.path.join(work, f"run-{n}")),
                                   ["work_a", "work_b"]) for n in ["glibc", "instrfn"]}
         ratio = (best["instrfn"] - best["plain"]) / (best["glibc"] - best["plain"])
         extra = ""

@@ -74,7 +74,7 @@ impl WriterLock {
                     core::hint::spin_loop();
                     spins = spins.wrapping_add(1);
                     if ns != u64::MAX
-                        && spins % 1024 == 0
+                        && spins.is_multiple_of(1024)
                         && sys::monotonic_ns().saturating_sub(start) > ns
                     {
                         return None;

@@ -435,3 +435,19 @@ fn s390x_gmon_out_is_big_endian() {
     let bytes = std::fs::read(dir.join("gmon.out")).unwrap();
     assert_eq!(&bytes[..8], b"gmon\0\0\0\x01", "header {:?}", &bytes[..8]);
 }
+
+#[test]
+fn shared_libraries_export_only_their_interface() {
+    for (arch, nm, fentry) in [
+        (AARCH64, "aarch64-linux-gnu-nm", false),
+        (RISCV64, "riscv64-linux-gnu-nm", false),
+        (S390X, "s390x-linux-gnu-nm", true),
+    ] {
+        assert_eq!(
+            exported_symbols(arch, nm),
+            expected_exports(fentry),
+            "{}",
+            arch.name
+        );
+    }
+}

@@ -1262,3 +1262,8 @@ fn pid_of(out: &std::process::Output) -> String {
         .and_then(|(_, rest)| rest.split_once(')'))
         .map_or(String::new(), |(tid, _)| format!("({tid})"))
 }
+
+#[test]
+fn shared_library_exports_only_its_interface() {
+    assert_eq!(exported_symbols(X86_64, "nm"), expected_exports(true));
+}

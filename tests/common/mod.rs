@@ -446,3 +446,52 @@ pub fn run_within(cmd: &mut Command, seconds: u64) -> Output {
     );
     output
 }
+
+/// The symbols a libinstrfn.so for `arch` must export, and nothing else: the ABI's counting
+/// entry points, glibc's gmon entry points, the documented C API, and the libc functions the
+/// runtime wraps.
+pub fn expected_exports(fentry: bool) -> Vec<&'static str> {
+    let mut v = vec![
+        "mcount",
+        "_mcount",
+        "__monstartup",
+        "monstartup",
+        "_mcleanup",
+        "moncontrol",
+        "instrfn_start",
+        "instrfn_stop",
+        "instrfn_write_gmon",
+        "instrfn_calls_recorded",
+        "execve",
+        "execv",
+        "execvp",
+        "execvpe",
+        "execl",
+        "execle",
+        "execlp",
+        "fexecve",
+        "execveat",
+        "posix_spawn",
+        "posix_spawnp",
+        "dlclose",
+        "sigaction",
+    ];
+    if fentry {
+        v.push("__fentry__");
+    }
+    v.sort();
+    v
+}
+
+/// The symbols `arch`'s libinstrfn.so defines and exports, read with `nm` (that arch's).
+pub fn exported_symbols(arch: Arch, nm: &str) -> Vec<String> {
+    require_tool(nm);
+    let lib = runtime_lib(arch, Lib::Shared);
+    let out = run_ok(Command::new(nm).args(["-D", "--defined-only"]).arg(&lib));
+    let mut got: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2).map(String::from))
+        .collect();
+    got.sort();
+    got
+}
