@@ -38,14 +38,48 @@ enum Link {
     GcrtPreload,
 }
 
-fn build(arch: Arch, dir: &Path, src: &str, cflags: &[&str], link: Link) -> PathBuf {
-    let stem = src.trim_end_matches(".c");
-    let obj = dir.join(format!("{stem}.o"));
+/// The compiler of a `-pg` fixture object: the architecture's gcc, or clang for its target.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Compiler {
+    Gcc,
+    Clang,
+}
+
+/// Compiles `tests/fixtures/c/<src>` with `-O2 -pg -c` and `cflags` into `<dir>/<obj>`.
+fn compile(
+    arch: Arch,
+    compiler: Compiler,
+    dir: &Path,
+    src: &str,
+    cflags: &[&str],
+    obj: &str,
+) -> PathBuf {
+    let obj = dir.join(obj);
     let source = fixture(&format!("c/{src}"));
     let mut args: Vec<&OsStr> = ["-O2", "-pg", "-c"].iter().map(OsStr::new).collect();
     args.extend(cflags.iter().chain(arch_flags(arch)).map(OsStr::new));
     args.push(source.as_os_str());
-    cc(arch, &args, &obj);
+    match compiler {
+        Compiler::Gcc => cc(arch, &args, &obj),
+        Compiler::Clang => {
+            // Debian's clang cross-compiles with the gcc cross toolchains' headers.
+            require_tool("clang");
+            let target = format!("--target={}", arch.cc.trim_end_matches("-gcc"));
+            run_ok(
+                std::process::Command::new("clang")
+                    .arg(target)
+                    .args(&args)
+                    .arg("-o")
+                    .arg(&obj),
+            );
+            obj
+        }
+    }
+}
+
+/// Links `obj` with `arch.cc` (never with -pg, unless `link` is GcrtPreload) into
+/// `<dir>/<stem>-<link>`.
+fn link(arch: Arch, dir: &Path, obj: &Path, stem: &str, link: Link) -> PathBuf {
     let lib = runtime_lib(arch, Lib::Static);
     let mut link_args: Vec<&OsStr> = vec![obj.as_os_str()];
     match link {
@@ -55,6 +89,12 @@ fn build(arch: Arch, dir: &Path, src: &str, cflags: &[&str], link: Link) -> Path
     }
     link_args.extend([OsStr::new("-lpthread"), OsStr::new("-ldl")]);
     cc(arch, &link_args, &dir.join(format!("{stem}-{link:?}")))
+}
+
+fn build(arch: Arch, dir: &Path, src: &str, cflags: &[&str], link_kind: Link) -> PathBuf {
+    let stem = src.trim_end_matches(".c");
+    let obj = compile(arch, Compiler::Gcc, dir, src, cflags, &format!("{stem}.o"));
+    link(arch, dir, &obj, stem, link_kind)
 }
 
 fn env(arch: Arch, link: Link) -> Vec<(&'static str, String)> {
@@ -97,6 +137,48 @@ fn threads_exact(arch: Arch) {
             let flat = gprof_flat(arch, &exe, &dir.join("gmon.out"));
             assert_calls(&flat, &[("work_a", 80_000), ("work_b", 80_000)], &name);
             assert_fast_path_used(&String::from_utf8_lossy(&out.stderr), 160_000, &name);
+        }
+    }
+}
+
+/// The call graph, not only the call counts: the threads fixture compiled by each compiler
+/// that targets `arch` (and with `cflags` variants), statically linked with the runtime and
+/// preloaded, must show exactly T*N calls on each of the arcs worker -> work_a and
+/// worker -> work_b. The compilers pass the caller differently: gcc in the argument register
+/// (`mv a0, ra` / `mov x0, x30`), clang 14 only in the frame record its forced frame pointer
+/// points to, with an argument of the function in that register.
+fn threads_call_graph(arch: Arch, builds: &[(Compiler, &[&str])]) {
+    const T: u64 = 2;
+    const N: u64 = 40_000;
+    for (compiler, cflags) in builds {
+        for link_kind in [Link::Static, Link::Preload] {
+            let name = format!(
+                "{}-graph-{compiler:?}{}-{link_kind:?}",
+                arch.name,
+                cflags.join("")
+            );
+            let dir = workdir(&name);
+            let obj = compile(arch, *compiler, &dir, "threads.c", cflags, "threads.o");
+            let exe = link(arch, &dir, &obj, "threads", link_kind);
+            let mut env = env(arch, link_kind);
+            env.push(("INSTRFN_VERBOSE", "1".to_string()));
+            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let out = run_exe(arch, &exe, &[&T.to_string(), &N.to_string()], &env, &dir);
+            let gmon = dir.join("gmon.out");
+            let flat = gprof_flat(arch, &exe, &gmon);
+            assert_calls(&flat, &[("work_a", T * N), ("work_b", T * N)], &name);
+            let arcs = gprof_arcs(arch, &exe, &gmon);
+            assert_arcs(
+                &arcs,
+                &[("worker", "work_a", T * N), ("worker", "work_b", T * N)],
+                &name,
+            );
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_fast_path_used(&stderr, 2 * T * N, &name);
+            // At most one slow path per instrumented function and thread (main; worker, work_a
+            // and work_b in each worker): where riscv64 decides and marks each call site.
+            let slow = summary_value(&stderr, "slow paths");
+            assert!(slow <= 1 + 3 * T, "{name}: {slow} slow paths");
         }
     }
 }
@@ -259,6 +341,10 @@ fn value(out: &str, key: &str) -> u64 {
 #[test]
 fn aarch64_threads_exact() {
     threads_exact(AARCH64);
+}
+#[test]
+fn aarch64_call_graph_exact() {
+    threads_call_graph(AARCH64, &[(Compiler::Clang, &[]), (Compiler::Gcc, &[])]);
 }
 #[test]
 fn aarch64_registers() {
@@ -432,4 +518,59 @@ fn s390x_gmon_out_is_big_endian() {
     run_in(S390X, &exe, &["1", "10"], &[], &dir);
     let bytes = std::fs::read(dir.join("gmon.out")).unwrap();
     assert_eq!(&bytes[..8], b"gmon\0\0\0\x01", "header {:?}", &bytes[..8]);
+}
+
+/// The call-graph parser on gprof's own output for recursion, a cycle and a caller without an
+/// entry of its own (host gprof, glibc's gcrt: `fact` recursive, `ping`/`pong` a cycle).
+#[test]
+fn call_graph_parser() {
+    let text = "\
+index % time    self  children    called     name
+[1]      0.0    0.00    0.00      10+40      <cycle 1 as a whole> [1]
+                0.00    0.00      30             ping <cycle 1> [3]
+                0.00    0.00      20             pong <cycle 1> [4]
+-----------------------------------------------
+                0.00    0.00      10/30          fact [5]
+                0.00    0.00      20/30          ping <cycle 1> [3]
+[2]      0.0    0.00    0.00      30         leaf [2]
+-----------------------------------------------
+                                  20             pong <cycle 1> [4]
+                0.00    0.00      10/10          main [11]
+[3]      0.0    0.00    0.00      30         ping <cycle 1> [3]
+                0.00    0.00      20/30          leaf [2]
+                                  20             pong <cycle 1> [4]
+-----------------------------------------------
+                                  20             ping <cycle 1> [3]
+[4]      0.0    0.00    0.00      20         pong <cycle 1> [4]
+                                  20             ping <cycle 1> [3]
+-----------------------------------------------
+                                  40             fact [5]
+                0.00    0.00      10/10          main [11]
+[5]      0.0    0.00    0.00      10+40      fact [5]
+                0.00    0.00      10/30          leaf [2]
+                                  40             fact [5]
+-----------------------------------------------
+                                                 <spontaneous>
+[6]    100.0    0.01    0.00                 hot [6]
+-----------------------------------------------
+
+Index by function name
+
+   [5] fact                    [3] ping                    [1] <cycle 1>
+   [2] leaf                    [4] pong                    [6] hot
+";
+    let arcs = parse_call_graph(text);
+    let want: Vec<((String, String), u64)> = [
+        ("fact", "fact", 40),
+        ("fact", "leaf", 10),
+        ("main", "fact", 10),
+        ("main", "ping", 10),
+        ("ping", "leaf", 20),
+        ("ping", "pong", 20),
+        ("pong", "ping", 20),
+    ]
+    .iter()
+    .map(|(a, b, n)| ((a.to_string(), b.to_string()), *n))
+    .collect();
+    assert_eq!(arcs.into_iter().collect::<Vec<_>>(), want);
 }
