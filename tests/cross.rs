@@ -10,13 +10,23 @@ use std::path::{Path, PathBuf};
 
 /// The entry points each harness calls (driver.c's `kind`): 0 is `_mcount`; 1 is `__fentry__`
 /// on s390x and the `mcount` alias on aarch64 and riscv64, which have no `__fentry__`; 2 is
-/// `mcount` on s390x (what LLVM emits there).
+/// `mcount` on s390x (what LLVM emits there) and on riscv64 `_mcount` called as clang does,
+/// with the caller in the frame record only (see [`frame_record_kind`]); riscv64's 3 is kind 0
+/// with the thread's table emptied before each call (a site decided before, not marked in
+/// the table).
 fn regs_kinds(arch: Arch) -> &'static [&'static str] {
-    if arch.name == "s390x" {
-        &["0", "1", "2"]
-    } else {
-        &["0", "1"]
+    match arch.name {
+        "s390x" => &["0", "1", "2"],
+        "riscv64" => &["0", "1", "2", "3"],
+        _ => &["0", "1"],
     }
+}
+
+/// The harness kind whose from_pc is in the frame record only, as return addresses into
+/// `instrfn_regs_callers` (riscv64's kind 2): its arcs show in gprof, so the register test also
+/// checks that the trampoline took the caller from the frame, not from the argument register.
+fn frame_record_kind(arch: Arch) -> Option<&'static str> {
+    (arch.name == "riscv64").then_some("2")
 }
 
 /// Extra compiler flags for `arch` (s390x: z13, so vector registers are live and checked).
@@ -229,6 +239,16 @@ fn registers(arch: Arch) {
             );
             let context = format!("{} {} kind {kind}", arch.name, exe.display());
             assert_inserts_in_trampoline(&String::from_utf8_lossy(&out.stderr), &context);
+            if frame_record_kind(arch) == Some(kind) && !env.contains(&small) {
+                // Every call the driver makes with recording on (all but the four with the
+                // guard held or recording stopped), each from its from_pc's return address.
+                let arcs = gprof_arcs(arch, exe, &dir.join("gmon.out"));
+                assert_arcs(
+                    &arcs,
+                    &[("instrfn_regs_callers", "instrfn_regcheck", 10_008)],
+                    &context,
+                );
+            }
         }
     }
 }
@@ -402,24 +422,46 @@ fn aarch64_rust_dependency_route() {
 fn riscv64_threads_exact() {
     threads_exact(RISCV64);
 }
+/// gcc -O2 keeps no frame pointer (s0 is an ordinary register) and passes the caller in a0;
+/// with -fno-omit-frame-pointer the frame record holds it too; clang 14 keeps a frame pointer
+/// and leaves an argument in a0.
+#[test]
+fn riscv64_call_graph_exact() {
+    threads_call_graph(
+        RISCV64,
+        &[
+            (Compiler::Clang, &[]),
+            (Compiler::Gcc, &[]),
+            (Compiler::Gcc, &["-fno-omit-frame-pointer"]),
+        ],
+    );
+}
 #[test]
 fn riscv64_registers() {
     registers(RISCV64);
 }
 
 /// A test that cannot fail proves nothing: the riscv64 harness, linked against trampolines that
-/// clobber an argument register and the upper half of an FP register (a save with fsw/flw,
-/// which NaN-boxes the value it reloads), must name each.
+/// clobber argument registers and the upper half of an FP register (a save with fsw/flw,
+/// which NaN-boxes the value it reloads), must name each. The fake `_mcount` clobbers a0 and
+/// a1: kinds 0 and 3 (gcc's call, a0 = from_pc, not compared) name a1, kind 2 (clang's call,
+/// a0 an argument) names a0.
 #[test]
 fn riscv64_harness_catches_a_clobbering_trampoline() {
     harness_catches(
         RISCV64,
         ".globl _mcount, mcount, instrfn_start, instrfn_stop, instrfn_debug_call_guarded\n\
-         _mcount: li a1, 0\n ret\n\
+         _mcount: li a0, 0\n li a1, 0\n ret\n\
          mcount: addi sp, sp, -16\n fsw fa0, 0(sp)\n flw fa0, 0(sp)\n addi sp, sp, 16\n ret\n\
          instrfn_start: ret\ninstrfn_stop: ret\n\
+         .globl instrfn_debug_clear_thread\ninstrfn_debug_clear_thread: ret\n\
          instrfn_debug_call_guarded: mv t0, a0\n mv a0, a1\n jr t0\n",
-        &[("0", 11, "a1"), ("1", 42, "fa0 upper half")],
+        &[
+            ("0", 11, "a1"),
+            ("1", 42, "fa0 upper half"),
+            ("2", 10, "a0"),
+            ("3", 11, "a1"),
+        ],
     );
 }
 
