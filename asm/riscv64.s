@@ -6,19 +6,54 @@
 # ArcTable {TBL_MASK} mask, {TBL_LEN} len, {TBL_LIMIT} limit, {TBL_SHIFT} shift, {TBL_LAST} last, {TBL_LOST} lost; slots of
 # {SLOT_SIZE} (1 << {SLOT_SHIFT}) bytes, self_pc at {SLOT_SELF}, from_pc at {SLOT_FROM}, count at {SLOT_COUNT} from the table
 # base plus the slot offset; the hash multiplier {HASH_MUL} is loaded from instrfn_hash_mul
-# (asm/data.s).
+# (asm/data.s). riscv64's own operands (src/arch/riscv64.rs): the marker offsets and the
+# stack bounds layout, described below.
 #
-# Entry: the compilers emit an ordinary call, `mv a0, ra; call _mcount` (gcc -pg; LLVM passes
-# llvm.returnaddress(0) the same way), so a0 = from_pc (the instrumented function's own return
-# address) and ra = self_pc (our return address into the instrumented function). gcc keeps
-# nothing in a caller-saved register across that call (it moves the arguments to s-registers
-# first, and reloads ra from its frame afterwards); instrfn nevertheless preserves every
-# register, a0 included, so hand-written or future callers may rely on it. There is no
-# __fentry__ on riscv64 (gcc has no -mfentry there).
+# Entry: an ordinary call after the prologue, ra = self_pc (our return address into the
+# instrumented function). Where the caller's pc (from_pc, the instrumented function's own
+# return address) is depends on the compiler, and the call itself (`auipc ra; jalr ra`, or
+# `jal ra` once relaxed) does not tell:
+#       gcc -O2 -pg:          mv a0, ra (possibly scheduled earlier); call _mcount
+#                             a0 = from_pc; no frame pointer: s0 is an ordinary register
+#       rustc (LLVM 22):      a0 = llvm.returnaddress(0); call _mcount; frame pointers forced
+#                             a0 = from_pc = -8(s0)
+#       clang 14 -pg:         call _mcount, nothing else; a frame pointer always (clang refuses
+#                             -fomit-frame-pointer with -pg): s0 = the sp at entry, ra at -8(s0)
+#                             a0 = the function's first argument; from_pc = -8(s0)
+# So the slow path decides, once per call site (self_pc) for all threads, which of a0 and
+# -8(s0) is the caller, and marks the site in the thread's arc table with a marker: a key of
+# count 0 (readers skip count-0 slots), (self_pc + {MARK_FRAME}, self_pc) = FRAME, "from_pc is
+# -8(s0)", or (self_pc + {MARK_A0}, self_pc) = A0, "from_pc is a0". These from_pcs are odd, so never
+# pcs, and, unlike small constants, never plausible arguments either (clang code would
+# otherwise find a marker with its a0 and count it as an arc).
+# The fast path probes (a0, self_pc) first, so a hit of gcc's or rustc's code costs what it
+# did before the markers; only when that probe reaches an empty slot does it look for the
+# FRAME marker (then probes, and inserts, (-8(s0), self_pc)), then for the A0 marker or an
+# A0 decision any thread made (instrfn_riscv64_decided; then it inserts (a0, self_pc)); a
+# site with neither goes to the slow path, which marks it, deciding only if no thread has.
+# The rule of the slow path (instrfn_riscv64_slow_path in src/arch/riscv64.rs, from a0, ra,
+# s0 and sp at the call; /proc/self/maps read with raw system calls, which qemu-user emulates
+# with the guest's mappings):
+#   1. -8(s0) is a candidate only if s0 lies in the stack that holds sp: 16-byte aligned,
+#      above sp, at most the end of sp's mapping. It is read only then (gcc's s0 may hold
+#      anything). No candidate: A0.
+#   2. a0 == -8(s0): A0 (gcc -fno-omit-frame-pointer, rustc: both are right).
+#   3. Otherwise the better return address of the two wins, FRAME only when strictly better:
+#      0 = none; 1 = a return address: in an executable, readable mapping, after an instruction
+#      that calls and links ra (jal ra; jalr ra, ..(..); c.jalr), or at the signal return
+#      trampoline (`li a7, 139; ecall`, where a signal handler's ra points); 2 = after a direct
+#      call (jal ra, or auipc ra + jalr ra, ..(ra)) whose target lies at most 512 bytes before
+#      self_pc: a call of this very function. gcc's a0 is at least 1; clang's a0, an
+#      argument, practically never is, and its -8(s0) is (a signal handler's too).
+# A marker is only a hint about the code: the fast path loads -8(s0) only after checking s0
+# against this thread's stack bounds (instrfn_riscv64_stack), so no marker, right or wrong or
+# stale (a library unloaded and another loaded at its address), can make it fault.
+# instrfn preserves every register, a0 included, so hand-written or future callers may rely
+# on it. There is no __fentry__ on riscv64 (gcc has no -mfentry there).
 #
 # Differences from x86_64:
 # - No red zone: the kernel may write a signal frame anywhere below sp, so the fast path moves
-#   sp down 32 bytes before it saves its scratch registers, and describes that in its CFI.
+#   sp down 48 bytes before it saves its scratch registers, and describes that in its CFI.
 # - The count is added with `amoadd.d` (A extension, part of RV64GC): one instruction, so a
 #   signal handler counting the same arc on this thread never tears it.
 # - Inserting a new arc (x86_64's cmpxchg claim): the slot is claimed with an lr.d/sc.d loop
@@ -48,6 +83,36 @@
 
     # Shared data (instrfn_tls, instrfn_enabled, instrfn_all_signals) is in asm/data.s.
 
+    # This thread's stack, as the slow path last found it in /proc/self/maps: the mapping
+    # [lo, hi) that held sp (src/arch/riscv64.rs StackBounds: lo at {STK_LO}, hi at {STK_HI}, {STK_SIZE} bytes of
+    # initial-exec TLS); zero until then. Read by the fast path before it loads -8(s0).
+    .section .tbss,"awT",@nobits
+    .p2align 4
+    .globl instrfn_riscv64_stack
+    .hidden instrfn_riscv64_stack
+    .type instrfn_riscv64_stack,@object
+    .size instrfn_riscv64_stack, {STK_SIZE}
+instrfn_riscv64_stack:
+    .zero {STK_SIZE}
+
+    # The sites decided so far, by any thread (src/arch/riscv64.rs, `remember`): 1 << {DEC_BITS}
+    # words, open addressing from the top bits of self_pc * {HASH_MUL}, linear probing; a word is
+    # self_pc for A0, self_pc + 1 for FRAME, 0 when empty. Words are claimed with a CAS by the
+    # slow path and never change again; at most half of them are used, so every probe ends.
+    # Read by the fast path of a thread that meets a site it has no marker for: an A0 site's
+    # arcs are then inserted at once.
+    .bss
+    .p2align 6
+    .globl instrfn_riscv64_decided
+    .hidden instrfn_riscv64_decided
+    .type instrfn_riscv64_decided,@object
+    .size instrfn_riscv64_decided, 8 << {DEC_BITS}
+instrfn_riscv64_decided:
+    .zero 8 << {DEC_BITS}
+
+    # The Rust slow path of riscv64, like instrfn_slow_path (asm/data.s): never exported.
+    .hidden instrfn_riscv64_slow_path
+
     .text
 
 # BLOCK_SIGNALS off: rt_sigprocmask(SIG_BLOCK, all, old = sp + off, 8).
@@ -70,21 +135,64 @@
     ecall
     .endm
 
-# instrfn_riscv64_mcount: the fast path of mcount/_mcount, new arcs included.
-#   Entry: a0 = from_pc, ra = self_pc. Every register is preserved (a0 too); t0, t1, t2 are
-#   scratch, saved at 0, 8, 16(sp) below the caller's sp (CFA = sp + 32 while they are); the
-#   insert path also uses t3, saved at 24(sp) on that path only (and described there).
+# HASH from: t1 = the byte offset, before masking, of the home slot of (\from, ra): the hash
+#   of asm/x86_64.s (rotl 32 as slli/srli/or). t0 = table; clobbers t2.
+    .macro HASH from
+    slli t1, ra, 32
+    srli t2, ra, 32
+    or t1, t1, t2
+    xor t1, t1, \from
+1:  auipc t2, %pcrel_hi(instrfn_hash_mul)
+    ld t2, %pcrel_lo(1b)(t2)
+    mul t1, t1, t2
+    lbu t2, {TBL_SHIFT}(t0)
+    srl t1, t1, t2
+    slli t1, t1, {SLOT_SHIFT}
+    .endm
+
+# PROBE from, empty: linear probing for the key (\from, ra) from the slot offset in t1.
+#   Found: falls through with t1 = the slot's address - {SLOT_SELF} (table + offset). An empty
+#   slot reached first: jumps to \empty with t1 likewise, t2 = 0. t0 = table; clobbers t2.
+#   Jumping to the instruction where a PROBE starts, with t1 = an offset, probes from there.
+    .macro PROBE from, empty
+2:  ld t2, {TBL_MASK}(t0)                           # mask (a no-op on the first probe)
+    and t1, t1, t2
+    add t1, t1, t0
+    ld t2, {SLOT_SELF}(t1)                          # slot.self_pc
+    bne t2, ra, 3f
+    ld t2, {SLOT_FROM}(t1)                          # slot.from_pc
+    beq t2, \from, 4f
+    j 5f
+3:  beqz t2, \empty
+5:  sub t1, t1, t0                         # back to an offset, next slot
+    addi t1, t1, {SLOT_SIZE}
+    j 2b
+4:
+    .endm
+
+# instrfn_riscv64_mcount: the fast path of mcount/_mcount, new arcs and marked sites included.
+#   Entry: ra = self_pc; from_pc is in a0 (gcc, rustc) or at -8(s0) (clang), as the site's
+#   marker says (see the header). Every register is preserved (a0 too); t0, t1, t2 are
+#   scratch, saved at 0, 8, 16(sp) below the caller's sp (CFA = sp + 48 while they are); the
+#   paths past a missed first probe also use t3 and t4, saved at 24 and 32(sp) on those paths
+#   only (and described there).
 #   Hands over to instrfn_riscv64_slow with the entry state exactly as it was.
-#   Executed on a hit in the first probed slot: 37 instructions, ret included (38 with the
-#   `j` of the exported _mcount stub). A new arc whose first probed slot is empty: 50 (51).
+#   Executed (qemu -singlestep -d exec, every probe in its home slot; `+1` is the `j` of the
+#   exported _mcount stub): a hit of a site that passes from_pc in a0, 39+1 instructions, ret
+#   included, as before the markers (which this file used to give as 37+1); a new arc of such
+#   a site, 94+1 (was 52+1); a hit of a site whose caller is in the frame record, where the
+#   first probe (of the argument in a0) misses, the marker is found and the frame checked,
+#   92+1; a new arc of it 103+1; a new arc of an A0 site this thread has no marker for but
+#   another thread decided, 103+1; a site neither marked nor decided, 86+1, then the slow
+#   path.
     .p2align 2
     .globl instrfn_riscv64_mcount
     .hidden instrfn_riscv64_mcount
     .type instrfn_riscv64_mcount,@function
 instrfn_riscv64_mcount:
     .cfi_startproc
-    addi sp, sp, -32
-    .cfi_def_cfa_offset 32
+    addi sp, sp, -48
+    .cfi_def_cfa_offset 48
     sd t0, 0(sp)
     .cfi_rel_offset t0, 0
     sd t1, 8(sp)
@@ -101,17 +209,7 @@ instrfn_riscv64_mcount:
     beqz t1, .Lmcount_out
     ld t0, {TLS_TABLE}(t0)                           # this thread's ArcTable
     beqz t0, .Lmcount_slow
-    slli t1, ra, 32                        # slot offset = hash(from_pc, self_pc)
-    srli t2, ra, 32
-    or t1, t1, t2
-    xor t1, t1, a0
-.Lmcount_mul:
-    auipc t2, %pcrel_hi(instrfn_hash_mul)
-    ld t2, %pcrel_lo(.Lmcount_mul)(t2)
-    mul t1, t1, t2
-    lbu t2, {TBL_SHIFT}(t0)
-    srl t1, t1, t2
-    slli t1, t1, {SLOT_SHIFT}
+    HASH a0                                # slot offset = hash(a0, self_pc)
 .Lmcount_probe:
     ld t2, {TBL_MASK}(t0)                           # mask (a no-op on the first probe)
     and t1, t1, t2
@@ -131,83 +229,147 @@ instrfn_riscv64_mcount:
     .cfi_restore t1
     ld t2, 16(sp)
     .cfi_restore t2
-    addi sp, sp, 32
+    addi sp, sp, 48
     .cfi_def_cfa_offset 0
     ret
     .cfi_restore_state
 .Lmcount_miss:
-    beqz t2, .Lmcount_insert               # empty slot: the arc is not in the table
+    beqz t2, .Lmcount_marked               # empty slot: (a0, self_pc) is not in the table
 .Lmcount_next:
     sub t1, t1, t0                         # back to an offset, next slot
     addi t1, t1, {SLOT_SIZE}
     j .Lmcount_probe
-.Lmcount_insert:
-    # A new arc, inserted here while the table holds fewer than `limit` arcs.
-    # Claim the slot (self_pc: 0 -> self_pc), store from_pc, then add the count (release) and
-    # the table's len. t0 = table, t1 = slot address - {SLOT_SELF}.
-    sd t3, 24(sp)
-    .cfi_offset t3, -8                     # CFA-relative: LLVM's .cfi_rel_offset would use
-                                           # the CFA offset of the preceding ret (0), as
-                                           # .cfi_restore_state does not reset what it tracks
-    ld t2, {TBL_LEN}(t0)                          # len
-    ld t3, {TBL_LIMIT}(t0)                          # limit
-    bgeu t2, t3, .Lmcount_full
-    addi t1, t1, {SLOT_SELF}                        # t1 = &slot.self_pc
-.Lmcount_claim:
-    lr.d t2, (t1)
-    bnez t2, .Lmcount_raced                # claimed meanwhile by a signal handler
-    sc.d t2, ra, (t1)
-    bnez t2, .Lmcount_claim                # reservation lost (a trap came between): retry
-    sd a0, {SLOT_FROM} - {SLOT_SELF}(t1)                           # slot.from_pc
-    li t2, 1
-    addi t3, t1, {SLOT_COUNT} - {SLOT_SELF}                        # &slot.count: 0 -> 1, after from_pc for other CPUs
-    amoadd.d.rl zero, t2, (t3)
-    addi t3, t0, {TBL_LEN}                        # &table.len
-    amoadd.d zero, t2, (t3)
-    ld t3, 24(sp)
-    .cfi_remember_state
-    .cfi_restore t3
-    j .Lmcount_out
-    .cfi_restore_state
-.Lmcount_raced:
-    sub t1, t1, t0                         # back to the offset of that slot: probe it again
-    addi t1, t1, -{SLOT_SELF}
-    ld t3, 24(sp)
-    .cfi_remember_state
-    .cfi_restore t3
-    j .Lmcount_probe
-    .cfi_restore_state
-.Lmcount_full:
-    # The table holds `limit` arcs: the last table of a chain (INSTRFN_MAX_ARCS reached)
-    # counts the call as lost right here; any other grows in the slow path.
-    lbu t2, {TBL_LAST}(t0)
-    beqz t2, .Lmcount_grow
-    li t2, 1
-    addi t3, t0, {TBL_LOST}                        # &table.lost
-    amoadd.d zero, t2, (t3)
-    ld t3, 24(sp)
-    .cfi_remember_state
-    .cfi_restore t3
-    j .Lmcount_out
-    .cfi_restore_state
-.Lmcount_grow:
-    ld t3, 24(sp)
-    .cfi_restore t3
 .Lmcount_slow:
+    .cfi_remember_state
     ld t0, 0(sp)
     .cfi_restore t0
     ld t1, 8(sp)
     .cfi_restore t1
     ld t2, 16(sp)
     .cfi_restore t2
-    addi sp, sp, 32
+    addi sp, sp, 48
     .cfi_def_cfa_offset 0
     j instrfn_riscv64_slow
+    .cfi_restore_state
+.Lmcount_marked:
+    # (a0, self_pc) is no arc of this table: a new arc, or a site whose a0 is not its caller.
+    # The site's marker says which; t3 = the key's from_pc from here on, t4 more scratch.
+    # (CFA-relative offsets: LLVM's .cfi_rel_offset would use the CFA offset of the
+    # preceding ret (0), as .cfi_restore_state does not reset what it tracks.)
+    sd t3, 24(sp)
+    .cfi_offset t3, -24
+    sd t4, 32(sp)
+    .cfi_offset t4, -16
+    mv t4, t1                              # the empty slot (a0, self_pc) would go in
+    addi t3, ra, {MARK_FRAME}                        # the FRAME marker: (self_pc + {MARK_FRAME}, self_pc)
+    HASH t3
+    PROBE t3, .Lmcount_not_frame
+    # from_pc = -8(s0), once s0 is proven to lie in this thread's stack: the mapping that held
+    # sp when the slow path last checked (instrfn_riscv64_stack: [lo, hi)) holds sp now, s0 is
+    # above sp, at most hi, and 16-byte aligned; so -8(s0) is mapped even if the marker were
+    # wrong for this call. Anything else is left to the slow path, which checks afresh.
+    la.tls.ie t2, instrfn_riscv64_stack
+    add t2, t2, tp
+    ld t4, {STK_HI}(t2)                           # hi
+    ld t2, {STK_LO}(t2)                           # lo
+    addi t3, sp, 48                        # sp at the call
+    bltu t3, t2, .Lmcount_marked_slow       # sp below lo: another stack
+    bgeu t3, s0, .Lmcount_marked_slow       # s0 <= sp
+    bltu t4, s0, .Lmcount_marked_slow       # s0 > hi
+    andi t2, s0, 15
+    bnez t2, .Lmcount_marked_slow
+    ld t3, -8(s0)                          # from_pc
+    j .Lmcount_from
+.Lmcount_not_frame:
+    addi t3, ra, {MARK_A0}                        # the A0 marker: (self_pc + {MARK_A0}, self_pc)
+    HASH t3
+    PROBE t3, .Lmcount_unmarked
+.Lmcount_a0:
+    mv t3, a0                              # from_pc = a0: a new arc, for the slot the first
+    mv t1, t4                              # probe reached (a signal handler that took it
+    j .Lmcount_insert                      # meanwhile makes the claim fail: probed again)
+.Lmcount_unmarked:
+    # No marker: a site this thread has not met. Decided A0 by some thread already: insert the
+    # arc now. Anything else (FRAME, which the slow path marks, or not decided) is left to
+    # the slow path. t1 = byte offset into instrfn_riscv64_decided, t2 = its address.
+.Lmcount_decided_mul:
+    auipc t2, %pcrel_hi(instrfn_hash_mul)
+    ld t2, %pcrel_lo(.Lmcount_decided_mul)(t2)
+    mul t1, ra, t2
+    srli t1, t1, 64 - {DEC_BITS}
+    slli t1, t1, 3
+    lla t2, instrfn_riscv64_decided
+.Lmcount_decided_probe:
+    add t3, t2, t1
+    ld t3, 0(t3)                           # a decision: self_pc (A0), self_pc + 1 (FRAME)
+    beq t3, ra, .Lmcount_a0
+    beqz t3, .Lmcount_marked_slow          # empty: not decided (as A0)
+    addi t1, t1, 8                         # next word, wrapping around
+    slli t1, t1, 64 - 3 - {DEC_BITS}
+    srli t1, t1, 64 - 3 - {DEC_BITS}
+    j .Lmcount_decided_probe
+.Lmcount_from:
+    HASH t3                                # t3 = from_pc: probe for (from_pc, self_pc)
+.Lmcount_from_probe:
+    PROBE t3, .Lmcount_insert
+    addi t1, t1, {SLOT_COUNT}                        # &slot.count
+    li t2, 1
+    amoadd.d zero, t2, (t1)
+.Lmcount_marked_out:
+    ld t3, 24(sp)
+    ld t4, 32(sp)
+    .cfi_remember_state
+    .cfi_restore t3
+    .cfi_restore t4
+    j .Lmcount_out
+    .cfi_restore_state
+.Lmcount_insert:
+    # A new arc (t3, self_pc), inserted here while the table holds fewer than `limit` keys
+    # (markers count as keys).
+    # Claim the slot (self_pc: 0 -> self_pc), store from_pc, then add the count (release) and
+    # the table's len. t0 = table, t1 = slot address - {SLOT_SELF}.
+    ld t2, {TBL_LEN}(t0)                          # len
+    ld t4, {TBL_LIMIT}(t0)                          # limit
+    bgeu t2, t4, .Lmcount_full
+    addi t1, t1, {SLOT_SELF}                        # t1 = &slot.self_pc
+.Lmcount_claim:
+    lr.d t2, (t1)
+    bnez t2, .Lmcount_raced                # claimed meanwhile by a signal handler
+    sc.d t2, ra, (t1)
+    bnez t2, .Lmcount_claim                # reservation lost (a trap came between): retry
+    sd t3, {SLOT_FROM} - {SLOT_SELF}(t1)                           # slot.from_pc
+    li t2, 1
+    addi t4, t1, {SLOT_COUNT} - {SLOT_SELF}                        # &slot.count: 0 -> 1, after from_pc for other CPUs
+    amoadd.d.rl zero, t2, (t4)
+    addi t4, t0, {TBL_LEN}                        # &table.len
+    amoadd.d zero, t2, (t4)
+    j .Lmcount_marked_out
+.Lmcount_raced:
+    sub t1, t1, t0                         # back to the offset of that slot: probe it again
+    addi t1, t1, -{SLOT_SELF}
+    j .Lmcount_from_probe
+.Lmcount_full:
+    # The table holds `limit` keys: the last table of a chain (INSTRFN_MAX_ARCS reached)
+    # counts the call as lost right here; any other grows in the slow path.
+    lbu t2, {TBL_LAST}(t0)
+    beqz t2, .Lmcount_marked_slow
+    li t2, 1
+    addi t4, t0, {TBL_LOST}                        # &table.lost
+    amoadd.d zero, t2, (t4)
+    j .Lmcount_marked_out
+.Lmcount_marked_slow:
+    ld t3, 24(sp)
+    .cfi_restore t3
+    ld t4, 32(sp)
+    .cfi_restore t4
+    j .Lmcount_slow
     .cfi_endproc
     .size instrfn_riscv64_mcount, .-instrfn_riscv64_mcount
 
 # instrfn_riscv64_slow: the slow path.
-#   Entry (by jump): a0 = from_pc, ra = self_pc, every other register the instrumented code's.
+#   Entry (by jump): ra = self_pc, every other register the instrumented code's (from_pc in a0
+#   or at -8(s0)). Calls the Rust instrfn_riscv64_slow_path (src/arch/riscv64.rs), which finds
+#   from_pc, records the call through instrfn_slow_path and marks the site.
 #   Returns through ra with every register restored (a0 included), fcsr too; errno is kept by
 #   the Rust side.
 #   Frame, 528 bytes, CFA = sp + 528 throughout (sp stays 16-byte aligned):
@@ -246,9 +408,11 @@ instrfn_riscv64_slow:
     li t0, 1
     sd t0, {TLS_GUARD}(s1)                           # guard
     mv a0, s1                              # arg 0: &Tls
-    ld a1, 80(sp)                          # arg 1: from_pc (the saved a0)
+    ld a1, 80(sp)                          # arg 1: the instrumented code's a0
     mv a2, ra                              # arg 2: self_pc
-    call instrfn_slow_path
+    ld a3, 64(sp)                          # arg 3: its s0
+    addi a4, sp, 528                       # arg 4: its sp (at the call)
+    call instrfn_riscv64_slow_path
     sd zero, {TLS_GUARD}(s1)
 
     RESTORE_SIGNALS 520
@@ -343,6 +507,19 @@ instrfn_riscv64_guarded:
     ret
     .cfi_endproc
     .size instrfn_riscv64_guarded, .-instrfn_riscv64_guarded
+
+# instrfn_riscv64_stack_get: a0 = address of this thread's StackBounds. Clobbers nothing else.
+    .p2align 2
+    .globl instrfn_riscv64_stack_get
+    .hidden instrfn_riscv64_stack_get
+    .type instrfn_riscv64_stack_get,@function
+instrfn_riscv64_stack_get:
+    .cfi_startproc
+    la.tls.ie a0, instrfn_riscv64_stack
+    add a0, a0, tp
+    ret
+    .cfi_endproc
+    .size instrfn_riscv64_stack_get, .-instrfn_riscv64_stack_get
 
 # instrfn_tls_get: a0 = address of this thread's Tls. Clobbers nothing else.
     .p2align 2

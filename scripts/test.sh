@@ -17,6 +17,7 @@ packages=(
     gcc libc6-dev binutils make python3 time      # host toolchain, gprof, GNU time
     musl-tools                                    # musl-gcc for the musl routes
     qemu-user                                     # runs the foreign-architecture tests
+    clang                                         # clang -pg fixtures (call-graph tests)
     gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu
     gcc-riscv64-linux-gnu libc6-dev-riscv64-cross binutils-riscv64-linux-gnu
     gcc-s390x-linux-gnu libc6-dev-s390x-cross binutils-s390x-linux-gnu
@@ -31,7 +32,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" \
         || die "cannot install ${missing[*]}"
 fi
-for tool in gcc gprof musl-gcc qemu-aarch64 qemu-riscv64 qemu-s390x /usr/bin/time \
+for tool in gcc gprof musl-gcc clang qemu-aarch64 qemu-riscv64 qemu-s390x /usr/bin/time \
             aarch64-linux-gnu-gcc aarch64-linux-gnu-gprof riscv64-linux-gnu-gcc \
             riscv64-linux-gnu-gprof s390x-linux-gnu-gcc s390x-linux-gnu-gprof; do
     command -v "$tool" >/dev/null || die "$tool is still missing after installing packages"

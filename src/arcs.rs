@@ -267,6 +267,24 @@ pub fn insert(table: &ArcTable, from_pc: usize, self_pc: usize, max_arcs: usize)
     Insert::Grew(grown)
 }
 
+/// Adds `(from_pc, self_pc)` as a key with count 0, unless it is there already or the table
+/// holds `limit` keys: returns whether the key is in the table. Such a key is no arc (readers
+/// skip count-0 slots, so it is never written) but a site marker: the riscv64 trampolines look
+/// it up to learn where a call site passes its caller (src/arch/riscv64.rs). A marker takes a
+/// slot and counts in `len` like an arc, so it is copied when the table grows. Called by the
+/// owner only, with signals blocked.
+#[cfg_attr(not(target_arch = "riscv64"), allow(dead_code))]
+pub fn put_marker(table: &ArcTable, from_pc: usize, self_pc: usize) -> bool {
+    table.put_key(from_pc, self_pc).is_some()
+}
+
+/// Whether `(from_pc, self_pc)` is a key of `table`, counted or not (an arc or a marker).
+/// Called by the owner.
+#[cfg_attr(not(target_arch = "riscv64"), allow(dead_code))]
+pub fn has_key(table: &ArcTable, from_pc: usize, self_pc: usize) -> bool {
+    table.find(from_pc, self_pc).is_ok()
+}
+
 /// One more lost call in `table`. Only by its owner with signals blocked (the trampolines add
 /// with one instruction), so load + store is exact.
 fn bump_lost(table: &ArcTable) {
@@ -453,6 +471,32 @@ mod tests {
         let mean = sum as f64 / n as f64;
         // Linear probing at load <= 1/2 expects about 1.5 probes on average.
         assert!(mean < 2.0 && max < 40, "mean {mean}, max {max}");
+    }
+
+    #[test]
+    fn markers_are_keys_but_not_arcs() {
+        // Markers: invisible to readers, copied when the table grows, bounded by the limit.
+        let head = AtomicPtr::new(ArcTable::create(4, 3, ptr::null_mut()).unwrap());
+        // SAFETY: valid table.
+        let first = unsafe { &*head.load(Ordering::Relaxed) };
+        assert!(put_marker(first, 0x1001, 0x1000));
+        assert!(put_marker(first, 0x1001, 0x1000), "already there");
+        assert!(has_key(first, 0x1001, 0x1000));
+        assert!(!has_key(first, 0x1003, 0x1000));
+        record(&head, &[(0x2000, 0x1000, 2)], 3);
+        assert_eq!(collect(&head), [(0x2000, 0x1000, 2)]);
+        assert_eq!(chain_len(&head), 2);
+        // Two keys reach the first table's limit (2): the next arc grows the table.
+        record(&head, &[(0x3000, 0x1000, 1)], 3);
+        // SAFETY: valid table.
+        let grown = unsafe { &*head.load(Ordering::Relaxed) };
+        assert!(!ptr::eq(grown, first));
+        assert!(has_key(grown, 0x1001, 0x1000), "marker copied");
+        assert_eq!(collect(&head), [(0x2000, 0x1000, 2), (0x3000, 0x1000, 1)]);
+        // The grown table is the last (limit 3) and full: no more markers, loss is unchanged.
+        assert!(!put_marker(grown, 0x1003, 0x1000));
+        assert!(!has_key(grown, 0x1003, 0x1000));
+        assert_eq!(chain_lost(&head), 0);
     }
 
     #[test]

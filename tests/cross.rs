@@ -10,13 +10,23 @@ use std::path::{Path, PathBuf};
 
 /// The entry points each harness calls (driver.c's `kind`): 0 is `_mcount`; 1 is `__fentry__`
 /// on s390x and the `mcount` alias on aarch64 and riscv64, which have no `__fentry__`; 2 is
-/// `mcount` on s390x (what LLVM emits there).
+/// `mcount` on s390x (what LLVM emits there) and on riscv64 `_mcount` called as clang does,
+/// with the caller in the frame record only (see [`frame_record_kind`]); riscv64's 3 is kind 0
+/// with the thread's table emptied before each call (a site decided before, not marked in
+/// the table).
 fn regs_kinds(arch: Arch) -> &'static [&'static str] {
-    if arch.name == "s390x" {
-        &["0", "1", "2"]
-    } else {
-        &["0", "1"]
+    match arch.name {
+        "s390x" => &["0", "1", "2"],
+        "riscv64" => &["0", "1", "2", "3"],
+        _ => &["0", "1"],
     }
+}
+
+/// The harness kind whose from_pc is in the frame record only, as return addresses into
+/// `instrfn_regs_callers` (riscv64's kind 2): its arcs show in gprof, so the register test also
+/// checks that the trampoline took the caller from the frame, not from the argument register.
+fn frame_record_kind(arch: Arch) -> Option<&'static str> {
+    (arch.name == "riscv64").then_some("2")
 }
 
 /// Extra compiler flags for `arch` (s390x: z13, so vector registers are live and checked).
@@ -38,14 +48,48 @@ enum Link {
     GcrtPreload,
 }
 
-fn build(arch: Arch, dir: &Path, src: &str, cflags: &[&str], link: Link) -> PathBuf {
-    let stem = src.trim_end_matches(".c");
-    let obj = dir.join(format!("{stem}.o"));
+/// The compiler of a `-pg` fixture object: the architecture's gcc, or clang for its target.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Compiler {
+    Gcc,
+    Clang,
+}
+
+/// Compiles `tests/fixtures/c/<src>` with `-O2 -pg -c` and `cflags` into `<dir>/<obj>`.
+fn compile(
+    arch: Arch,
+    compiler: Compiler,
+    dir: &Path,
+    src: &str,
+    cflags: &[&str],
+    obj: &str,
+) -> PathBuf {
+    let obj = dir.join(obj);
     let source = fixture(&format!("c/{src}"));
     let mut args: Vec<&OsStr> = ["-O2", "-pg", "-c"].iter().map(OsStr::new).collect();
     args.extend(cflags.iter().chain(arch_flags(arch)).map(OsStr::new));
     args.push(source.as_os_str());
-    cc(arch, &args, &obj);
+    match compiler {
+        Compiler::Gcc => cc(arch, &args, &obj),
+        Compiler::Clang => {
+            // Debian's clang cross-compiles with the gcc cross toolchains' headers.
+            require_tool("clang");
+            let target = format!("--target={}", arch.cc.trim_end_matches("-gcc"));
+            run_ok(
+                std::process::Command::new("clang")
+                    .arg(target)
+                    .args(&args)
+                    .arg("-o")
+                    .arg(&obj),
+            );
+            obj
+        }
+    }
+}
+
+/// Links `obj` with `arch.cc` (never with -pg, unless `link` is GcrtPreload) into
+/// `<dir>/<stem>-<link>`.
+fn link(arch: Arch, dir: &Path, obj: &Path, stem: &str, link: Link) -> PathBuf {
     let lib = runtime_lib(arch, Lib::Static);
     let mut link_args: Vec<&OsStr> = vec![obj.as_os_str()];
     match link {
@@ -55,6 +99,12 @@ fn build(arch: Arch, dir: &Path, src: &str, cflags: &[&str], link: Link) -> Path
     }
     link_args.extend([OsStr::new("-lpthread"), OsStr::new("-ldl")]);
     cc(arch, &link_args, &dir.join(format!("{stem}-{link:?}")))
+}
+
+fn build(arch: Arch, dir: &Path, src: &str, cflags: &[&str], link_kind: Link) -> PathBuf {
+    let stem = src.trim_end_matches(".c");
+    let obj = compile(arch, Compiler::Gcc, dir, src, cflags, &format!("{stem}.o"));
+    link(arch, dir, &obj, stem, link_kind)
 }
 
 fn env(arch: Arch, link: Link) -> Vec<(&'static str, String)> {
@@ -97,6 +147,48 @@ fn threads_exact(arch: Arch) {
             let flat = gprof_flat(arch, &exe, &dir.join("gmon.out"));
             assert_calls(&flat, &[("work_a", 80_000), ("work_b", 80_000)], &name);
             assert_fast_path_used(&String::from_utf8_lossy(&out.stderr), 160_000, &name);
+        }
+    }
+}
+
+/// The call graph, not only the call counts: the threads fixture compiled by each compiler
+/// that targets `arch` (and with `cflags` variants), statically linked with the runtime and
+/// preloaded, must show exactly T*N calls on each of the arcs worker -> work_a and
+/// worker -> work_b. The compilers pass the caller differently: gcc in the argument register
+/// (`mv a0, ra` / `mov x0, x30`), clang 14 only in the frame record its forced frame pointer
+/// points to, with an argument of the function in that register.
+fn threads_call_graph(arch: Arch, builds: &[(Compiler, &[&str])]) {
+    const T: u64 = 2;
+    const N: u64 = 40_000;
+    for (compiler, cflags) in builds {
+        for link_kind in [Link::Static, Link::Preload] {
+            let name = format!(
+                "{}-graph-{compiler:?}{}-{link_kind:?}",
+                arch.name,
+                cflags.join("")
+            );
+            let dir = workdir(&name);
+            let obj = compile(arch, *compiler, &dir, "threads.c", cflags, "threads.o");
+            let exe = link(arch, &dir, &obj, "threads", link_kind);
+            let mut env = env(arch, link_kind);
+            env.push(("INSTRFN_VERBOSE", "1".to_string()));
+            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let out = run_exe(arch, &exe, &[&T.to_string(), &N.to_string()], &env, &dir);
+            let gmon = dir.join("gmon.out");
+            let flat = gprof_flat(arch, &exe, &gmon);
+            assert_calls(&flat, &[("work_a", T * N), ("work_b", T * N)], &name);
+            let arcs = gprof_arcs(arch, &exe, &gmon);
+            assert_arcs(
+                &arcs,
+                &[("worker", "work_a", T * N), ("worker", "work_b", T * N)],
+                &name,
+            );
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_fast_path_used(&stderr, 2 * T * N, &name);
+            // At most one slow path per instrumented function and thread (main; worker, work_a
+            // and work_b in each worker): where riscv64 decides and marks each call site.
+            let slow = summary_value(&stderr, "slow paths");
+            assert!(slow <= 1 + 3 * T, "{name}: {slow} slow paths");
         }
     }
 }
@@ -149,6 +241,16 @@ fn registers(arch: Arch) {
             );
             let context = format!("{} {} kind {kind}", arch.name, exe.display());
             assert_inserts_in_trampoline(&String::from_utf8_lossy(&out.stderr), &context);
+            if frame_record_kind(arch) == Some(kind) && !env.contains(&small) {
+                // Every call the driver makes with recording on (all but the four with the
+                // guard held or recording stopped), each from its from_pc's return address.
+                let arcs = gprof_arcs(arch, exe, &dir.join("gmon.out"));
+                assert_arcs(
+                    &arcs,
+                    &[("instrfn_regs_callers", "instrfn_regcheck", 10_008)],
+                    &context,
+                );
+            }
         }
     }
 }
@@ -263,6 +365,10 @@ fn aarch64_threads_exact() {
     threads_exact(AARCH64);
 }
 #[test]
+fn aarch64_call_graph_exact() {
+    threads_call_graph(AARCH64, &[(Compiler::Clang, &[]), (Compiler::Gcc, &[])]);
+}
+#[test]
 fn aarch64_registers() {
     registers(AARCH64);
 }
@@ -318,24 +424,46 @@ fn aarch64_rust_dependency_route() {
 fn riscv64_threads_exact() {
     threads_exact(RISCV64);
 }
+/// gcc -O2 keeps no frame pointer (s0 is an ordinary register) and passes the caller in a0;
+/// with -fno-omit-frame-pointer the frame record holds it too; clang 14 keeps a frame pointer
+/// and leaves an argument in a0.
+#[test]
+fn riscv64_call_graph_exact() {
+    threads_call_graph(
+        RISCV64,
+        &[
+            (Compiler::Clang, &[]),
+            (Compiler::Gcc, &[]),
+            (Compiler::Gcc, &["-fno-omit-frame-pointer"]),
+        ],
+    );
+}
 #[test]
 fn riscv64_registers() {
     registers(RISCV64);
 }
 
 /// A test that cannot fail proves nothing: the riscv64 harness, linked against trampolines that
-/// clobber an argument register and the upper half of an FP register (a save with fsw/flw,
-/// which NaN-boxes the value it reloads), must name each.
+/// clobber argument registers and the upper half of an FP register (a save with fsw/flw,
+/// which NaN-boxes the value it reloads), must name each. The fake `_mcount` clobbers a0 and
+/// a1: kinds 0 and 3 (gcc's call, a0 = from_pc, not compared) name a1, kind 2 (clang's call,
+/// a0 an argument) names a0.
 #[test]
 fn riscv64_harness_catches_a_clobbering_trampoline() {
     harness_catches(
         RISCV64,
         ".globl _mcount, mcount, instrfn_start, instrfn_stop, instrfn_debug_call_guarded\n\
-         _mcount: li a1, 0\n ret\n\
+         _mcount: li a0, 0\n li a1, 0\n ret\n\
          mcount: addi sp, sp, -16\n fsw fa0, 0(sp)\n flw fa0, 0(sp)\n addi sp, sp, 16\n ret\n\
          instrfn_start: ret\ninstrfn_stop: ret\n\
+         .globl instrfn_debug_clear_thread\ninstrfn_debug_clear_thread: ret\n\
          instrfn_debug_call_guarded: mv t0, a0\n mv a0, a1\n jr t0\n",
-        &[("0", 11, "a1"), ("1", 42, "fa0 upper half")],
+        &[
+            ("0", 11, "a1"),
+            ("1", 42, "fa0 upper half"),
+            ("2", 10, "a0"),
+            ("3", 11, "a1"),
+        ],
     );
 }
 
@@ -450,4 +578,59 @@ fn shared_libraries_export_only_their_interface() {
             arch.name
         );
     }
+}
+
+/// The call-graph parser on gprof's own output for recursion, a cycle and a caller without an
+/// entry of its own (host gprof, glibc's gcrt: `fact` recursive, `ping`/`pong` a cycle).
+#[test]
+fn call_graph_parser() {
+    let text = "\
+index % time    self  children    called     name
+[1]      0.0    0.00    0.00      10+40      <cycle 1 as a whole> [1]
+                0.00    0.00      30             ping <cycle 1> [3]
+                0.00    0.00      20             pong <cycle 1> [4]
+-----------------------------------------------
+                0.00    0.00      10/30          fact [5]
+                0.00    0.00      20/30          ping <cycle 1> [3]
+[2]      0.0    0.00    0.00      30         leaf [2]
+-----------------------------------------------
+                                  20             pong <cycle 1> [4]
+                0.00    0.00      10/10          main [11]
+[3]      0.0    0.00    0.00      30         ping <cycle 1> [3]
+                0.00    0.00      20/30          leaf [2]
+                                  20             pong <cycle 1> [4]
+-----------------------------------------------
+                                  20             ping <cycle 1> [3]
+[4]      0.0    0.00    0.00      20         pong <cycle 1> [4]
+                                  20             ping <cycle 1> [3]
+-----------------------------------------------
+                                  40             fact [5]
+                0.00    0.00      10/10          main [11]
+[5]      0.0    0.00    0.00      10+40      fact [5]
+                0.00    0.00      10/30          leaf [2]
+                                  40             fact [5]
+-----------------------------------------------
+                                                 <spontaneous>
+[6]    100.0    0.01    0.00                 hot [6]
+-----------------------------------------------
+
+Index by function name
+
+   [5] fact                    [3] ping                    [1] <cycle 1>
+   [2] leaf                    [4] pong                    [6] hot
+";
+    let arcs = parse_call_graph(text);
+    let want: Vec<((String, String), u64)> = [
+        ("fact", "fact", 40),
+        ("fact", "leaf", 10),
+        ("main", "fact", 10),
+        ("main", "ping", 10),
+        ("ping", "leaf", 20),
+        ("ping", "pong", 20),
+        ("pong", "ping", 20),
+    ]
+    .iter()
+    .map(|(a, b, n)| ((a.to_string(), b.to_string()), *n))
+    .collect();
+    assert_eq!(arcs.into_iter().collect::<Vec<_>>(), want);
 }

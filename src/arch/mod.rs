@@ -66,9 +66,10 @@ macro_rules! guarded_entry {
 /// operands (`{TLS_GUARD}`, `{TBL_LEN}`, `{SLOT_COUNT}`, `{HASH_MUL}`, ...): every offset and
 /// constant is defined once, in `src/thread.rs` and `src/arcs.rs`. (rustc requires every operand
 /// to be used, so each file names all of them at least in its header comment; braces in the
-/// files are placeholders, so they appear nowhere else.)
+/// files are placeholders, so they appear nowhere else.) An architecture may add operands of
+/// its own after a `;` (`NAME = const value, ...`).
 macro_rules! trampoline_asm {
-    ($file:literal $(, $opt:ident)?) => {
+    ($file:literal $(, $opt:ident)? $(; $($name:ident = const $value:expr),+ $(,)?)?) => {
         core::arch::global_asm!(
             include_str!($file),
             TLS_TABLE = const core::mem::offset_of!(crate::thread::Tls, table),
@@ -85,6 +86,7 @@ macro_rules! trampoline_asm {
             SLOT_SIZE = const crate::arcs::SLOT_BYTES,
             SLOT_SHIFT = const crate::arcs::SLOT_BYTES.trailing_zeros(),
             HASH_MUL = const crate::arcs::HASH_MUL,
+            $($($name = const $value,)+)?
             $(options($opt))?
         );
     };

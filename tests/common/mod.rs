@@ -348,6 +348,129 @@ pub fn gprof_graph(arch: Arch, exe: &Path, gmon: &Path) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The call graph of `gprof -b -q` output as arcs: (caller, callee) -> calls.
+///
+/// Each entry of the graph is a block between dashed lines: the lines above its primary line
+/// (the one that starts with `[index]`) are its callers, with `calls/total` in the called
+/// column; the lines below are its callees, likewise. Both halves are read, so an arc appears
+/// whether gprof shows its caller's entry or only its callee's (a caller that was itself
+/// never called from inside the executable, e.g. a thread's start routine, has no entry of its
+/// own); where both show an arc they must agree. `<spontaneous>` lines name no caller and are
+/// skipped; a recursive arc (`f` calling `f`, shown without a total) is read like any other.
+/// Members of a cycle keep their plain names (` <cycle N>` is dropped), and the
+/// `<cycle N as a whole>` entries, which list members rather than callees, are skipped.
+pub fn parse_call_graph(text: &str) -> BTreeMap<(String, String), u64> {
+    /// (name, calls) of a caller or callee line, (name, None) of a primary line.
+    fn parse_line(line: &str) -> Option<(bool, String, Option<u64>)> {
+        let mut tokens: Vec<&str> = line.split_whitespace().collect();
+        let is_index = |t: &str| {
+            t.len() > 2
+                && t.starts_with('[')
+                && t.ends_with(']')
+                && t[1..t.len() - 1].bytes().all(|b| b.is_ascii_digit())
+        };
+        // Every line that names a function ends with its index.
+        if !tokens.last().is_some_and(|t| is_index(t)) {
+            return None;
+        }
+        tokens.pop();
+        let primary = tokens.first().is_some_and(|t| is_index(t));
+        if primary {
+            tokens.remove(0);
+        }
+        // %time, self and children: numbers with a decimal point (possibly absent).
+        let mut i = 0;
+        while i < tokens.len() && tokens[i].contains('.') && tokens[i].parse::<f64>().is_ok() {
+            i += 1;
+        }
+        // The called column: n, n/total, or n+recursive on a primary line.
+        let called = tokens.get(i).filter(|t| {
+            !t.is_empty()
+                && t.bytes()
+                    .all(|b| b.is_ascii_digit() || b == b'/' || b == b'+')
+        });
+        let calls = called.and_then(|t| t.split(['/', '+']).next()?.parse::<u64>().ok());
+        if called.is_some() {
+            i += 1;
+        }
+        let mut name = tokens[i..].join(" ");
+        if let Some(cut) = name.find(" <cycle ") {
+            name.truncate(cut);
+        }
+        if name.is_empty() {
+            return None;
+        }
+        Some((primary, name, if primary { None } else { calls }))
+    }
+
+    let mut arcs: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let mut add = |caller: &str, callee: &str, calls: u64| {
+        let key = (caller.to_string(), callee.to_string());
+        if let Some(&seen) = arcs.get(&key) {
+            assert_eq!(
+                seen, calls,
+                "gprof shows {caller} -> {callee} with {seen} and {calls} calls:\n{text}"
+            );
+        }
+        arcs.insert(key, calls);
+    };
+    for block in text.split("\n-----------------------------------------------") {
+        let lines: Vec<(bool, String, Option<u64>)> =
+            block.lines().filter_map(parse_line).collect();
+        let Some(p) = lines.iter().position(|(primary, ..)| *primary) else {
+            continue;
+        };
+        let me = &lines[p].1;
+        if me.starts_with("<cycle ") {
+            continue;
+        }
+        for (_, caller, calls) in &lines[..p] {
+            if let Some(n) = calls {
+                add(caller, me, *n);
+            }
+        }
+        for (_, callee, calls) in &lines[p + 1..] {
+            if let Some(n) = calls {
+                add(me, callee, *n);
+            }
+        }
+    }
+    arcs
+}
+
+/// Runs the target's gprof on `exe` and `gmon` and returns the call graph's arcs (see
+/// [`parse_call_graph`]) and the text they were read from.
+pub fn gprof_arcs(
+    arch: Arch,
+    exe: &Path,
+    gmon: &Path,
+) -> (BTreeMap<(String, String), u64>, String) {
+    require_tool(arch.gprof);
+    assert!(gmon.is_file(), "{} was not written", gmon.display());
+    let text = gprof_graph(arch, exe, gmon);
+    (parse_call_graph(&text), text)
+}
+
+/// Asserts that gprof's call graph shows exactly `expected` calls on each (caller, callee) arc.
+pub fn assert_arcs(
+    arcs: &(BTreeMap<(String, String), u64>, String),
+    expected: &[(&str, &str, u64)],
+    context: &str,
+) {
+    for (caller, callee, n) in expected {
+        let got = arcs
+            .0
+            .get(&(caller.to_string(), callee.to_string()))
+            .copied()
+            .unwrap_or(0);
+        assert_eq!(
+            got, *n,
+            "{context}: gprof shows {got} calls of {callee} from {caller}, expected {n}\n{}",
+            arcs.1
+        );
+    }
+}
+
 /// Asserts that gprof shows exactly `expected` calls for each named function.
 pub fn assert_calls(flat: &Flat, expected: &[(&str, u64)], context: &str) {
     for (name, n) in expected {
