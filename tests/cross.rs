@@ -193,6 +193,60 @@ fn threads_call_graph(arch: Arch, builds: &[(Compiler, &[&str])]) {
     }
 }
 
+/// The recursion fixture: self-recursion (fib) and a cycle (is_even/is_odd), every arc exact in
+/// gprof's call graph, static and preloaded.
+fn recursion_call_graph(arch: Arch, builds: &[(Compiler, &[&str])]) {
+    for (compiler, cflags) in builds {
+        for link_kind in [Link::Static, Link::Preload] {
+            let name = format!(
+                "{}-recursion-{compiler:?}{}-{link_kind:?}",
+                arch.name,
+                cflags.join("")
+            );
+            let dir = workdir(&name);
+            let obj = compile(arch, *compiler, &dir, "recursion.c", cflags, "recursion.o");
+            let exe = link(arch, &dir, &obj, "recursion", link_kind);
+            let env = env(arch, link_kind);
+            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            run_exe(arch, &exe, &["20", "1000"], &env, &dir);
+            let arcs = gprof_arcs(arch, &exe, &dir.join("gmon.out"));
+            assert_arcs(&arcs, &RECURSION_ARCS, &name);
+        }
+    }
+}
+
+/// The arcs of `recursion 20 1000`: fib(20) makes 2 * fib(21) - 1 = 21891 calls.
+const RECURSION_ARCS: [(&str, &str, u64); 5] = [
+    ("main", "fib", 1),
+    ("fib", "fib", 21890),
+    ("main", "is_even", 1),
+    ("is_even", "is_odd", 500),
+    ("is_odd", "is_even", 500),
+];
+
+#[test]
+fn aarch64_recursion_call_graph() {
+    recursion_call_graph(AARCH64, &[(Compiler::Gcc, &[]), (Compiler::Clang, &[])]);
+}
+#[test]
+fn riscv64_recursion_call_graph() {
+    recursion_call_graph(RISCV64, &[(Compiler::Gcc, &[]), (Compiler::Clang, &[])]);
+}
+#[test]
+fn s390x_recursion_call_graph() {
+    recursion_call_graph(
+        S390X,
+        &[(Compiler::Gcc, &[]), (Compiler::Gcc, &["-mfentry"])],
+    );
+}
+#[test]
+fn s390x_call_graph_exact() {
+    threads_call_graph(
+        S390X,
+        &[(Compiler::Gcc, &[]), (Compiler::Gcc, &["-mfentry"])],
+    );
+}
+
 fn registers(arch: Arch) {
     let dir = workdir(&format!("{}-regs", arch.name));
     let driver = fixture("regs/driver.c");

@@ -1267,3 +1267,33 @@ fn pid_of(out: &std::process::Output) -> String {
 fn shared_library_exports_only_its_interface() {
     assert_eq!(exported_symbols(X86_64, "nm"), expected_exports(true));
 }
+
+#[test]
+fn call_graphs_are_exact() {
+    // Not only flat counts: every caller -> callee arc, for threads (T=4), self-recursion and a
+    // cycle, mcount and __fentry__, preloaded and linked.
+    let preload = preload_path();
+    for entry in [&[][..], &["-mfentry"][..]] {
+        for link in [Link::Preload, Link::Static] {
+            let name = format!("graph{}-{link:?}", entry.join(""));
+            let dir = workdir(&name);
+            let threads = build_c(&dir, "threads.c", entry, link);
+            let env = env_for(link, &preload, &[]);
+            run_exe(X86_64, &threads, &["4", "30000"], &env, &dir);
+            let arcs = gprof_arcs(X86_64, &threads, &dir.join("gmon.out"));
+            let expected = [("worker", "work_a", 120_000), ("worker", "work_b", 120_000)];
+            assert_arcs(&arcs, &expected, &name);
+            let recursion = build_c(&dir, "recursion.c", entry, link);
+            run_exe(X86_64, &recursion, &["20", "1000"], &env, &dir);
+            let arcs = gprof_arcs(X86_64, &recursion, &dir.join("gmon.out"));
+            let expected = [
+                ("main", "fib", 1),
+                ("fib", "fib", 21890),
+                ("main", "is_even", 1),
+                ("is_even", "is_odd", 500),
+                ("is_odd", "is_even", 500),
+            ];
+            assert_arcs(&arcs, &expected, &name);
+        }
+    }
+}
