@@ -1078,7 +1078,7 @@ fn profiles_written_while_8_threads_count() {
     // from one write to the next, and the last write (at exit) is exact.
     let dir = workdir("dumps");
     let exe = build_c(&dir, "scenarios.c", &[], Link::Static);
-    const M: u64 = 400_000;
+    const M: u64 = 5_000_000;
     let out = run_exe(X86_64, &exe, &["dumps", "8", &M.to_string()], &[], &dir);
     let dumps = reported(&stdout_of(&out), "dumps") as usize;
     assert!(dumps >= 3, "only {dumps} writes while counting");
