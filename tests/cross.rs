@@ -688,3 +688,59 @@ Index by function name
     .collect();
     assert_eq!(arcs.into_iter().collect::<Vec<_>>(), want);
 }
+
+/// A -pg shared library gets a profile of its own in its link-time addresses (linked, and
+/// dlopen'ed), read by the architecture's gprof with exact counts and arcs.
+#[test]
+fn aarch64_shared_library_profiles() {
+    let arch = AARCH64;
+    const N: u64 = 3000;
+    let dir = workdir("aarch64-libraries");
+    let src = fixture("c/libwork.c");
+    let lib_args = [
+        OsStr::new("-O2"),
+        OsStr::new("-pg"),
+        OsStr::new("-fPIC"),
+        OsStr::new("-shared"),
+        src.as_os_str(),
+    ];
+    let libwork = cc(arch, &lib_args, &dir.join("libwork.so"));
+    let user = fixture("c/libuser.c");
+    let (linked_obj, loader_obj) = (dir.join("linked.o"), dir.join("loader.o"));
+    let pg = ["-O2", "-pg", "-c"].map(OsStr::new);
+    let mut args = pg.to_vec();
+    args.extend([OsStr::new("-DLINKED"), user.as_os_str()]);
+    cc(arch, &args, &linked_obj);
+    let mut args = pg.to_vec();
+    args.push(user.as_os_str());
+    cc(arch, &args, &loader_obj);
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    let linked_args = [
+        linked_obj.as_os_str(),
+        libwork.as_os_str(),
+        OsStr::new(&rpath),
+        OsStr::new("-ldl"),
+    ];
+    let linked = cc(arch, &linked_args, &dir.join("libuser"));
+    let loader = cc(
+        arch,
+        &[loader_obj.as_os_str(), OsStr::new("-ldl")],
+        &dir.join("libuser-dl"),
+    );
+    let env = env(arch, Link::Preload);
+    let (n, work) = (N.to_string(), libwork.display().to_string());
+    for (mode, exe, args) in [
+        ("linked", &linked, vec!["linked", n.as_str()]),
+        ("dlopen", &loader, vec!["dlopen", n.as_str(), work.as_str()]),
+    ] {
+        let run_dir = workdir(&format!("aarch64-libraries-{mode}"));
+        run_in(arch, exe, &args, &env, &run_dir);
+        let flat = gprof_flat(arch, exe, &run_dir.join("gmon.out"));
+        assert_calls(&flat, &[("local", N)], mode);
+        let profile = run_dir.join("gmon.out.libwork.so");
+        let lib = gprof_flat(arch, &libwork, &profile);
+        assert_calls(&lib, &[("lib_inner", N)], mode);
+        let arcs = gprof_arcs(arch, &libwork, &profile);
+        assert_arcs(&arcs, &[("lib_outer", "lib_inner", N)], mode);
+    }
+}

@@ -1297,3 +1297,28 @@ fn call_graphs_are_exact() {
         }
     }
 }
+
+#[test]
+fn samples_never_interrupt_system_calls() {
+    // A thread spins under sampling while another scans 400 pipes in poll and sleeps in poll,
+    // nanosleep and select (none of which SA_RESTART restarts): instrfn's per-thread
+    // user-time timers signal only a thread running user code, so no call fails with EINTR.
+    let dir = workdir("eintr");
+    let exe = build_c(&dir, "scenarios.c", &[], Link::Static);
+    let out = run_exe(
+        X86_64,
+        &exe,
+        &["eintr", "1.5", "1"],
+        &[("INSTRFN_HZ", "10000")],
+        &dir,
+    );
+    let text = stdout_of(&out);
+    assert!(reported(&text, "calls") > 300.0, "{text}");
+    assert_eq!(reported(&text, "eintr"), 0.0, "{text}");
+    let flat = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
+    assert!(
+        flat.total_seconds() > 0.5,
+        "the spinning threads were not sampled\n{}",
+        flat.text
+    );
+}
