@@ -1,15 +1,15 @@
 # Data every architecture's trampolines share, assembled once for all of them (src/arch/mod.rs).
 # Architecture-neutral directives only: `%` type prefixes (`@` starts a comment on aarch64).
 
-# This thread's Tls block (src/thread.rs): 64 bytes of initial-exec TLS.
+# This thread's Tls block (src/thread.rs): {TLS_BYTES} bytes of initial-exec TLS.
     .section .tbss,"awT",%nobits
     .p2align 6
     .globl instrfn_tls
     .hidden instrfn_tls
     .type instrfn_tls,%object
-    .size instrfn_tls, 64
+    .size instrfn_tls, {TLS_BYTES}
 instrfn_tls:
-    .zero 64
+    .zero {TLS_BYTES}
 
 # Nonzero while recording is on (instrfn::start/stop, moncontrol). Read by every fast path.
 # 8-byte aligned: s390x addresses it with larl, which needs an even address.
@@ -21,6 +21,16 @@ instrfn_tls:
     .size instrfn_enabled, 1
 instrfn_enabled:
     .byte 1
+
+# The mode the fast paths take: 0 counts call arcs (gmon), 1 traces entries and exits. Set once
+# by start-up, before recording begins.
+    .p2align 3
+    .globl instrfn_mode
+    .hidden instrfn_mode
+    .type instrfn_mode,%object
+    .size instrfn_mode, 1
+instrfn_mode:
+    .byte 0
 
 # The slot hash multiplier (src/arcs.rs HASH_MUL), for the architectures that load it from memory
 # rather than building a 64-bit immediate.
@@ -46,6 +56,8 @@ instrfn_all_signals:
 # The Rust slow path is an internal symbol of whatever links the runtime: never exported from
 # libinstrfn.so, so a program cannot replace it and calls to it bind locally.
     .hidden instrfn_slow_path
+    .hidden instrfn_trace_slow
+    .hidden instrfn_trace_exit_slow
 
 # The runtime's load-time constructor and exit destructor (src/runtime.rs). Listed here, in
 # the object that also holds instrfn_tls (which every trampoline references), so no link
@@ -69,6 +81,8 @@ instrfn_all_signals:
     .hidden instrfn_module_closed
     .hidden instrfn_crash_hidden
     .hidden instrfn_crash_yield
+    .hidden instrfn_unwind_begin
+    .hidden instrfn_unwind_looked
     .hidden instrfn_runtime
     .hidden instrfn_calls_lost
     .hidden instrfn_debug_call_guarded

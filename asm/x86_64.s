@@ -74,15 +74,63 @@ instrfn_x86_64_xsave_size:
     syscall
     .endm
 
-# FAST_PATH name, from
-#   Entry: (%rsp) = self_pc, the return address into the instrumented function; \from is the
-#   operand holding from_pc, the instrumented function's own return address.
+# SAVE_EXTENDED: saves the extended state (x87, SSE, AVX, AVX-512) in a 64-byte aligned area
+#   below %rsp, which it moves down (the caller restores %rsp from its frame pointer). Clobbers
+#   rax, rcx, rdx (saved by the caller).
+# RESTORE_EXTENDED: restores it from (%rsp). Clobbers rax, rdx.
+    .macro SAVE_EXTENDED
+    movq instrfn_x86_64_xsave_size(%rip), %rax
+    testq %rax, %rax
+    jnz 1f
+    call instrfn_x86_64_xsave_detect
+    movq instrfn_x86_64_xsave_size(%rip), %rax
+1:  andq $-64, %rsp
+    subq %rax, %rsp
+    movq instrfn_x86_64_xsave_mask(%rip), %rax
+    testq %rax, %rax
+    jz 2f
+    xorl %ecx, %ecx                  # XSAVE leaves header bits outside the mask as they were,
+    movq %rcx, 512(%rsp)             # and XRSTOR faults on stray ones: zero the whole header
+    movq %rcx, 520(%rsp)
+    movq %rcx, 528(%rsp)
+    movq %rcx, 536(%rsp)
+    movq %rcx, 544(%rsp)
+    movq %rcx, 552(%rsp)
+    movq %rcx, 560(%rsp)
+    movq %rcx, 568(%rsp)
+    movq %rax, %rdx
+    shrq $32, %rdx
+    xsave64 (%rsp)
+    jmp 3f
+2:  fxsave64 (%rsp)
+3:
+    .endm
+    .macro RESTORE_EXTENDED
+    movq instrfn_x86_64_xsave_mask(%rip), %rax
+    testq %rax, %rax
+    jz 4f
+    movq %rax, %rdx
+    shrq $32, %rdx
+    xrstor64 (%rsp)
+    jmp 5f
+4:  fxrstor64 (%rsp)
+5:
+    .endm
+
+# FAST_PATH name, self, from, trace
+#   Entry: \self is the operand holding self_pc (the callee), \from the one holding from_pc
+#   (the caller). mcount and __fentry__: (%rsp) = self_pc, the return address into the
+#   instrumented function, and from_pc is that function's own return address, in its return
+#   slot \from. __cyg_profile_func_enter/exit(this_fn, call_site): %rdi, %rsi.
+#   \trace says what trace mode records: `hijack` (an entry event, and the return slot \from
+#   replaced by instrfn_x86_64_exit so that the return is seen too), `enter` / `exit` (an entry
+#   or exit event of self_pc, nothing replaced); `exit` counts nothing in gmon mode.
 #   Registers: every register is preserved. rax, rcx, rdx, rsi and rdi are used as scratch and
 #   saved in the red zone at -8 .. -40(%rsp); flags are clobbered (a call may clobber them).
-#   In the body: rax = table, rsi = self_pc, rdx = from_pc, rdi = slot byte offset.
+#   In the gmon body: rax = table, rsi = self_pc, rdx = from_pc, rdi = slot byte offset.
 #   The stack is never adjusted, so the CFA is %rsp+8 throughout and no CFI rows are needed
 #   beyond the default.
-    .macro FAST_PATH name, from
+    .macro FAST_PATH name, self, from, trace
     .p2align 4
     .globl instrfn_x86_64_\name
     .hidden instrfn_x86_64_\name
@@ -96,11 +144,16 @@ instrfn_x86_64_\name:
     movq %rdi, -40(%rsp)
     movq instrfn_tls@gottpoff(%rip), %rax   # offset of Tls from the thread pointer
     movq \from, %rdx                        # from_pc
-    movq (%rsp), %rsi                       # self_pc
+    movq \self, %rsi                        # self_pc
     cmpq $0, %fs:{TLS_GUARD}(%rax)             # guard held: runtime code is running here
     jne .Lout_\name
     cmpb $0, instrfn_enabled(%rip)
     je .Lout_\name
+    cmpb $0, instrfn_mode(%rip)
+    jne .Ltrace_\name
+    .ifc \trace,exit
+    jmp .Lout_\name
+    .endif
     movq %fs:{TLS_TABLE}(%rax), %rax             # this thread's ArcTable
     testq %rax, %rax
     jz .Lslow_\name
@@ -159,8 +212,96 @@ instrfn_x86_64_\name:
     incq {TBL_LOST}(%rax)
     jmp .Lout_\name
 .Lslow_\name:
-    movq %rsi, %rcx                         # hand over: rcx = self_pc, rdx = from_pc, the
-    movq -8(%rsp), %rax                     # caller's rcx/rdx stay in the red zone
+    # hand over to instrfn_x86_64_slow: rcx = self_pc, rdx = from_pc, the caller's rcx/rdx stay
+    # in the red zone, -8(%rsp) = the Rust function to call
+    leaq instrfn_slow_path(%rip), %rcx
+    movq -8(%rsp), %rax
+    movq %rcx, -8(%rsp)
+    movq %rsi, %rcx
+    movq -32(%rsp), %rsi
+    movq -40(%rsp), %rdi
+    jmp instrfn_x86_64_slow
+
+.Ltrace_\name:
+    # Trace mode (src/trace.rs). rax = Tls offset, rsi = self_pc; rcx, rdx, rdi are free.
+    # Everything out of the ordinary goes to the slow path, which records the call itself:
+    # no chunk yet or a full one, a full shadow stack, frames left behind by longjmp or put
+    # back by an unwinder. Shadow entries are reserved with one xadd, so a signal handler on
+    # this thread that pushes its own never takes ours; the return slot is replaced last.
+    .ifc \trace,hijack
+    cmpq $0, %fs:{TLS_UNWOUND}(%rax)
+    jne .Ltslow_\name
+    leaq \from, %rdi                        # the return slot
+    movq %fs:{TLS_SHADOW_TOP}(%rax), %rcx
+    cmpq %fs:{TLS_SHADOW_BASE}(%rax), %rcx
+    je 1f
+    cmpq %rdi, {SH_SLOT}-{SH_BYTES}(%rcx)         # the newest entry's frame at or below ours is
+    jbe .Ltslow_\name                       # gone (longjmp): the slow path closes it
+1:  movq %rax, %rcx                         # rcx = Tls offset from here on
+    movq ${SH_BYTES}, %rdi
+    xaddq %rdi, %fs:{TLS_SHADOW_TOP}(%rcx)        # rdi = our shadow entry
+    leaq {SH_BYTES}(%rdi), %rax
+    cmpq %fs:{TLS_SHADOW_END}(%rcx), %rax
+    ja .Ltunpush_\name                       # full: the slow path records an entry only
+    .else
+    movq %rax, %rcx
+    .endif
+    rdtsc
+    shlq $32, %rdx
+    orq %rax, %rdx                          # rdx = timestamp
+    movq $16, %rax
+    xaddq %rax, %fs:{TLS_TRACE_POS}(%rcx)        # rax = our event
+    .ifc \trace,hijack
+    movq %rdi, -48(%rsp)                    # (the shadow entry, while rdi holds the end)
+    .endif
+    leaq 16(%rax), %rdi
+    cmpq %fs:{TLS_TRACE_END}(%rcx), %rdi
+    ja .Ltnochunk_\name                      # past the chunk's end (or no chunk): slow path
+    movq %rdx, (%rax)                       # timestamp, then the word that marks it written
+    movq %rsi, %rdx
+    shlq ${EV_SHIFT}, %rdx
+    .ifc \trace,exit
+    orq ${EV_EXIT}, %rdx
+    .else
+    orq ${EV_ENTRY}, %rdx
+    .endif
+    movq %rdx, 8(%rax)
+    .ifc \trace,hijack
+    movq -48(%rsp), %rax                    # the shadow entry
+    leaq \from, %rdi
+    movq (%rdi), %rdx                       # the original return address (= from_pc)
+    movq %rdx, {SH_RET}(%rax)
+    movq %rdi, {SH_SLOT}(%rax)
+    movq %rsi, {SH_FN}(%rax)
+    leaq instrfn_x86_64_exit(%rip), %rdx
+    movq %rdx, (%rdi)                       # the function now returns to the exit trampoline
+    .endif
+    jmp .Lout_\name
+.Ltnochunk_\name:
+    .ifc \trace,hijack
+    subq ${SH_BYTES}, %fs:{TLS_SHADOW_TOP}(%rcx)  # give the shadow entry back
+    .endif
+    jmp .Ltslow_\name
+.Ltunpush_\name:
+    .ifc \trace,hijack
+    subq ${SH_BYTES}, %fs:{TLS_SHADOW_TOP}(%rcx)
+    .endif
+.Ltslow_\name:
+    # hand over to instrfn_x86_64_slow as above, calling instrfn_trace_slow(tls, slot, self_pc)
+    # (slot 0 for the __cyg_profile entries; 1 marks an exit)
+    leaq instrfn_trace_slow(%rip), %rcx
+    movq -8(%rsp), %rax
+    movq %rcx, -8(%rsp)
+    movq %rsi, %rcx
+    .ifc \trace,hijack
+    leaq \from, %rdx
+    .else
+    .ifc \trace,exit
+    movl $1, %edx
+    .else
+    xorl %edx, %edx
+    .endif
+    .endif
     movq -32(%rsp), %rsi
     movq -40(%rsp), %rdi
     jmp instrfn_x86_64_slow
@@ -170,19 +311,25 @@ instrfn_x86_64_\name:
 
 # mcount / _mcount: `call mcount` after the prologue (gcc -pg, rustc -Zinstrument-mcount). The
 # frame pointer is set up, so the instrumented function's return address is at 8(%rbp).
-    FAST_PATH mcount, 8(%rbp)
+    FAST_PATH mcount, (%rsp), 8(%rbp), hijack
 # __fentry__: `call __fentry__` is the first instruction (gcc -pg -mfentry), before any prologue,
 # so the instrumented function's return address is just above ours.
-    FAST_PATH fentry, 8(%rsp)
+    FAST_PATH fentry, (%rsp), 8(%rsp), hijack
+# __cyg_profile_func_enter(this_fn, call_site) / __cyg_profile_func_exit: gcc and clang
+# -finstrument-functions call them as ordinary functions at entry and before each return.
+    FAST_PATH cyg_enter, %rdi, %rsi, enter
+    FAST_PATH cyg_exit, %rdi, %rsi, exit
 
-# instrfn_x86_64_slow: the slow path of both trampolines.
-#   Entry (by jmp): (%rsp) = self_pc; %rcx = self_pc, %rdx = from_pc; the instrumented code's
-#   rcx and rdx are at -16(%rsp) and -24(%rsp) (red zone); every other register is the
-#   instrumented code's own. Returns straight to the instrumented function with all of them
-#   restored, errno included (the Rust side saves and restores it).
+# instrfn_x86_64_slow: the slow path of every fast path.
+#   Entry (by jmp): (%rsp) = the return address; %rcx and %rdx = the second and third
+#   argument of the Rust function at -8(%rsp); the instrumented code's rcx and rdx are at
+#   -16(%rsp) and -24(%rsp) (red zone); every other register is the instrumented code's own.
+#   Calls fn(&Tls, rdx, rcx): instrfn_slow_path(tls, from_pc, self_pc) in gmon mode,
+#   instrfn_trace_slow(tls, slot, self_pc) in trace mode. Returns straight to the instrumented
+#   function with all of them restored, errno included (the Rust side saves and restores it).
 #   Stack after the saves (CFA = %rbp + 40):
 #      CFA-8   return address into the instrumented function
-#      CFA-16  (unused red-zone slot)
+#      CFA-16  the Rust function
 #      CFA-24  rcx          CFA-32  rdx          CFA-40  rbp (frame pointer of this routine)
 #      CFA-48  rax   -56 rbx   -64 rsi   -72 rdi   -80 r8   -88 r9   -96 r10   -104 r11
 #      CFA-112 r12 (self_pc)   -120 r13 (from_pc)
@@ -225,32 +372,7 @@ instrfn_x86_64_slow:
     movq %rcx, %r12
     movq %rdx, %r13
 
-    # Save the extended state (x87, SSE, AVX, AVX-512) in a 64-byte aligned area.
-    movq instrfn_x86_64_xsave_size(%rip), %rax
-    testq %rax, %rax
-    jnz 1f
-    call instrfn_x86_64_xsave_detect
-    movq instrfn_x86_64_xsave_size(%rip), %rax
-1:  andq $-64, %rsp
-    subq %rax, %rsp
-    movq instrfn_x86_64_xsave_mask(%rip), %rax
-    testq %rax, %rax
-    jz 2f
-    xorl %ecx, %ecx                  # XSAVE leaves header bits outside the mask as they were,
-    movq %rcx, 512(%rsp)             # and XRSTOR faults on stray ones: zero the whole header
-    movq %rcx, 520(%rsp)
-    movq %rcx, 528(%rsp)
-    movq %rcx, 536(%rsp)
-    movq %rcx, 544(%rsp)
-    movq %rcx, 552(%rsp)
-    movq %rcx, 560(%rsp)
-    movq %rcx, 568(%rsp)
-    movq %rax, %rdx
-    shrq $32, %rdx
-    xsave64 (%rsp)
-    jmp 3f
-2:  fxsave64 (%rsp)
-3:
+    SAVE_EXTENDED
     # Block every signal, so a handler never sees this thread's guard held: a counting call
     # from a signal handler is then always recorded, never dropped.
     subq $16, %rsp
@@ -260,23 +382,14 @@ instrfn_x86_64_slow:
     movq $1, %fs:{TLS_GUARD}(%rbx)             # guard: counting calls made by the runtime return
     movq %fs:0, %rdi
     addq %rbx, %rdi                  # arg 0: &Tls
-    movq %r13, %rsi                  # arg 1: from_pc
+    movq %r13, %rsi                  # arg 1: from_pc, or the slot
     movq %r12, %rdx                  # arg 2: self_pc
-    call instrfn_slow_path
+    call *24(%rbp)                   # CFA-16
     movq $0, %fs:{TLS_GUARD}(%rbx)
 
     RESTORE_SIGNALS
     addq $16, %rsp
-
-    movq instrfn_x86_64_xsave_mask(%rip), %rax
-    testq %rax, %rax
-    jz 4f
-    movq %rax, %rdx
-    shrq $32, %rdx
-    xrstor64 (%rsp)
-    jmp 5f
-4:  fxrstor64 (%rsp)
-5:
+    RESTORE_EXTENDED
     leaq -80(%rbp), %rsp
     popq %r13
     popq %r12
@@ -297,6 +410,104 @@ instrfn_x86_64_slow:
     ret
     .cfi_endproc
     .size instrfn_x86_64_slow, .-instrfn_x86_64_slow
+
+# instrfn_x86_64_exit: where an instrumented function returns to in trace mode (the fast path
+#   replaced its return address, and keeps the original in this thread's shadow stack).
+#   Entry (by the function's ret): %rsp = the function's CFA; every register as the function
+#   left it: rax, rdx, xmm0, xmm1 and the x87 stack may hold its result. All are preserved (the
+#   fast part touches GPRs only, and never x87/MMX state; the slow part saves the whole
+#   extended state). Pops the newest shadow entry, writes the exit event, and returns to the
+#   original return address, pushed back in place of ours.
+#   Frame: CFA_f-8 the original return address (our ret pops it), CFA_f-16 .. -48 rax, rcx, rdx,
+#   rsi, rdi. The CFI marks the return address undefined: an unwinder that reaches this
+#   trampoline stops here (the unwinder entry points are wrapped to put the real return addresses
+#   back first, src/interpose.c). The nop before the label puts a return address that points at
+#   the label (looked up as address - 1) inside this FDE.
+    .p2align 4
+    .globl instrfn_x86_64_exit
+    .hidden instrfn_x86_64_exit
+    .type instrfn_x86_64_exit,@function
+    .cfi_startproc
+    .cfi_undefined %rip
+    nop
+instrfn_x86_64_exit:
+    subq $8, %rsp
+    pushq %rax
+    pushq %rcx
+    pushq %rdx
+    pushq %rsi
+    pushq %rdi
+    movq instrfn_tls@gottpoff(%rip), %rcx
+    cmpq $0, %fs:{TLS_UNWOUND}(%rcx)
+    jne .Lexit_slow
+    movq %fs:{TLS_SHADOW_TOP}(%rcx), %rsi
+    subq ${SH_BYTES}, %rsi                   # the newest entry
+    leaq 40(%rsp), %rdi                     # CFA_f - 8: the return slot it recorded
+    cmpq %rdi, {SH_SLOT}(%rsi)
+    jne .Lexit_slow                         # frames left behind by longjmp: the slow path
+    movq {SH_RET}(%rsi), %rdi
+    movq %rdi, 40(%rsp)                     # return there
+    movq {SH_FN}(%rsi), %rdi                # the function that returned
+    movq %rsi, %fs:{TLS_SHADOW_TOP}(%rcx)        # popped, after reading it (a signal handler
+                                            # pushes above it until then)
+    cmpq $0, %fs:{TLS_GUARD}(%rcx)
+    jne .Lexit_out
+    cmpb $0, instrfn_enabled(%rip)
+    je .Lexit_out
+    rdtsc
+    shlq $32, %rdx
+    orq %rax, %rdx                          # timestamp
+    movq $16, %rax
+    xaddq %rax, %fs:{TLS_TRACE_POS}(%rcx)        # our event
+    leaq 16(%rax), %rsi
+    cmpq %fs:{TLS_TRACE_END}(%rcx), %rsi
+    ja .Lexit_nochunk
+    movq %rdx, (%rax)
+    shlq ${EV_SHIFT}, %rdi
+    orq ${EV_EXIT}, %rdi
+    movq %rdi, 8(%rax)
+.Lexit_out:
+    popq %rdi
+    popq %rsi
+    popq %rdx
+    popq %rcx
+    popq %rax
+    ret
+.Lexit_nochunk:
+    addq ${SH_BYTES}, %fs:{TLS_SHADOW_TOP}(%rcx)  # push the entry back: the slow path does it all
+.Lexit_slow:
+    # instrfn_trace_exit_slow(&Tls, slot) with everything saved; it returns the original
+    # return address of the frame whose slot that was (it closes the frames above it).
+    pushq %rbp
+    movq %rsp, %rbp                         # rbp = CFA_f - 56
+    pushq %r8
+    pushq %r9
+    pushq %r10
+    pushq %r11
+    SAVE_EXTENDED
+    subq $16, %rsp
+    BLOCK_SIGNALS
+    movq instrfn_tls@gottpoff(%rip), %rax
+    movq $1, %fs:{TLS_GUARD}(%rax)
+    movq %fs:0, %rdi
+    addq %rax, %rdi                         # arg 0: &Tls
+    leaq 48(%rbp), %rsi                     # arg 1: the return slot, CFA_f - 8
+    call instrfn_trace_exit_slow
+    movq %rax, 48(%rbp)                     # return there
+    movq instrfn_tls@gottpoff(%rip), %rax
+    movq $0, %fs:{TLS_GUARD}(%rax)
+    RESTORE_SIGNALS
+    addq $16, %rsp
+    RESTORE_EXTENDED
+    leaq -32(%rbp), %rsp
+    popq %r11
+    popq %r10
+    popq %r9
+    popq %r8
+    popq %rbp
+    jmp .Lexit_out
+    .cfi_endproc
+    .size instrfn_x86_64_exit, .-instrfn_x86_64_exit
 
 # instrfn_x86_64_xsave_detect: fill instrfn_x86_64_xsave_mask/size.
 #   Called only from instrfn_x86_64_slow, which has saved everything: clobbers rax, rcx, rdx,

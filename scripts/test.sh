@@ -62,7 +62,7 @@ scripts/instrument-flags mcount >/dev/null || die "nightly rustc cannot instrume
 say "building the runtime (stable): host, musl, aarch64, riscv64, s390x"
 cargo build --release --locked
 for t in "${stable_targets[@]}"; do
-    cargo build --release --locked --target "$t"
+    cargo build --release --locked --target "$t" -p instrfn -p instrfn-preload
 done
 # The benchmarks check that their calls are counted before they time anything: run those
 # checks (criterion's --test mode runs each benchmark once).

@@ -47,6 +47,7 @@ mod retired;
 mod runtime;
 mod sampler;
 mod thread;
+mod trace;
 
 pub use runtime::{
     __monstartup, _mcleanup, instrfn_calls_recorded, instrfn_debug_call_guarded,

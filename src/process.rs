@@ -138,3 +138,18 @@ pub fn spawn_marker(out: &mut StackBuf<64>) -> *const c_char {
     let _ = write!(out, "{}", ROOT.load(Ordering::Relaxed));
     out.as_cstr().map_or(core::ptr::null(), |c| c.as_ptr())
 }
+
+/// This image's name in a trace directory: `<pid>.<k>` (src/trace.rs).
+pub fn image_name<const N: usize>(out: &mut StackBuf<N>) {
+    init();
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let _ = write!(out, "{pid}.{}", image_number(pid));
+}
+
+/// The image number of this process now (1 for the first image of its pid).
+pub fn image_number_now() -> u32 {
+    init();
+    // SAFETY: getpid has no preconditions.
+    image_number(unsafe { libc::getpid() })
+}

@@ -133,6 +133,14 @@ extern "C" fn on_load() {
         libc::pthread_atfork(None, None, Some(instrfn_fork_child_entry));
     }
     process::mark_tree();
+    // Trace mode is chosen here, before the program's first call can reach a fast path, so
+    // that call is traced too (its files are made by start-up, at that call).
+    if arch::TRACE_SUPPORTED
+        && !sys::secure_mode()
+        && sys::getenv(c"INSTRFN_MODE").is_some_and(|v| v.trim_ascii() == b"trace")
+    {
+        arch::set_mode(1);
+    }
     #[cfg(all(
         target_env = "gnu",
         any(
@@ -150,10 +158,14 @@ fn start_up() -> Runtime {
     let exe = Module::executable();
     process::init();
     set_recording(config.start);
-    if exe.count == 0 {
+    let trace = config.trace && start_tracing(&config);
+    if !trace {
+        arch::set_mode(0);
+    }
+    if exe.count == 0 && !trace {
         message!("cannot find the executable's code segments; gmon.out will hold no data");
     }
-    if config.hz > 0 && sampler::start(config.hz) && config.start {
+    if !trace && config.hz > 0 && sampler::start(config.hz) && config.start {
         sampler::resume();
     }
     if let Some(sig) = config.dump_signal {
@@ -169,6 +181,23 @@ fn start_up() -> Runtime {
         pid: AtomicI32::new(unsafe { libc::getpid() }),
         fork_child: AtomicBool::new(false),
     }
+}
+
+/// Trace mode (src/trace.rs), if this architecture has its trampolines and the files can be
+/// made; otherwise gmon mode, said in one line.
+fn start_tracing(config: &Config) -> bool {
+    if !arch::TRACE_SUPPORTED {
+        message!("INSTRFN_MODE=trace is not available on this architecture yet; writing gmon.out");
+        return false;
+    }
+    let ok = crate::trace::start(
+        config.output(),
+        config.bufsize,
+        config.trace_limit,
+        config.max_depth,
+    );
+    arch::set_mode(ok as u8);
+    ok
 }
 
 fn install_dump_signal(sig: c_int) {
@@ -211,19 +240,8 @@ pub unsafe extern "C" fn instrfn_slow_path(tls: *mut Tls, from_pc: usize, self_p
 
 fn record(tls: &mut Tls, from_pc: usize, self_pc: usize) {
     let rt = runtime();
-    if !recording() {
+    if ready_block(tls).is_none() {
         return;
-    }
-    if tls.table.is_null() {
-        let block = thread::claim_block(rt.config.max_arcs);
-        if block.is_null() {
-            LOST_WITHOUT_BLOCK.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        // SAFETY: claim_block returned a live block owned by this thread.
-        tls.table = unsafe { (*block).table.load(Ordering::Relaxed) };
-        tls.block = block;
-        register_thread_exit(block);
     }
     // SAFETY: tls.table is the current table of this thread's block.
     let table = unsafe { &*tls.table };
@@ -232,6 +250,30 @@ fn record(tls: &mut Tls, from_pc: usize, self_pc: usize) {
         unsafe { (*tls.block).table.store(table, Ordering::Release) };
         tls.table = table;
     }
+}
+
+/// This thread's block, claimed on its first call (start-up first), or None if recording is
+/// off or no block could be had (counted). Slow path only (guard held, signals blocked).
+pub fn ready_block(tls: &mut Tls) -> Option<&'static ThreadBlock> {
+    let rt = runtime();
+    if !recording() {
+        return None;
+    }
+    if tls.block.is_null() {
+        let block = thread::claim_block(rt.config.max_arcs);
+        if block.is_null() {
+            LOST_WITHOUT_BLOCK.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        // SAFETY: claim_block returned a live block owned by this thread.
+        tls.table = unsafe { (*block).table.load(Ordering::Relaxed) };
+        tls.block = block;
+        register_thread_exit(block);
+        // SAFETY: the live block just claimed.
+        crate::trace::thread_started(tls, unsafe { &*block });
+    }
+    // SAFETY: this thread's live block.
+    Some(unsafe { &*tls.block })
 }
 
 /// Asks for the thread-exit destructor, when that is async-signal-safe: always on musl (its
@@ -262,6 +304,8 @@ extern "C" fn thread_exit(block: *mut c_void) {
     // SAFETY: this thread's TLS block, used by this thread only.
     let tls = unsafe { &mut *arch::tls() };
     if tls.block == block {
+        // SAFETY: this thread's live block.
+        crate::trace::thread_ended(tls, unsafe { &*block });
         tls.table = core::ptr::null_mut();
         tls.block = core::ptr::null_mut();
     }
@@ -289,6 +333,7 @@ extern "C" fn fork_child() {
     thread::reset_after_fork(current);
     LOST_WITHOUT_BLOCK.store(0, Ordering::Relaxed);
     sampler::reset_after_fork(current);
+    crate::trace::after_fork(rt.config.output());
 }
 
 guarded_entry! {
@@ -302,7 +347,11 @@ extern "C" fn at_exit() {
         return;
     };
     if rt.owned_here() && !EXIT_WRITTEN.swap(true, Ordering::Relaxed) {
-        gmon::write(rt, false);
+        if crate::trace::active() {
+            crate::trace::finish();
+        } else {
+            gmon::write(rt, false);
+        }
     }
 }
 
@@ -452,7 +501,10 @@ extern "C" fn exec_prepare(marker: *mut u8, len: usize) {
         && rt.owned_here()
     {
         let nothing = rt.fork_child.load(Ordering::Relaxed) && api_calls_recorded() == 0;
-        if !nothing {
+        if crate::trace::active() {
+            crate::trace::finish();
+            wrote = true;
+        } else if !nothing {
             wrote = gmon::write(rt, false) == 0;
         }
         let was_running = sampler::running();

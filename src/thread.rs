@@ -19,8 +19,9 @@ use crate::arcs::{self, ArcTable};
 use crate::sampler::{self, PcTable};
 use crate::sys;
 
-/// This thread's state as the trampolines see it (`instrfn_tls` in `asm/<arch>.s`, 64 bytes of
-/// initial-exec TLS). Field offsets are hard-coded in the assembly.
+/// This thread's state as the trampolines see it (`instrfn_tls` in `asm/data.s`, 128 bytes of
+/// initial-exec TLS). The assembly addresses the fields through the `TLS_*` operands of
+/// `trampoline_asm!` (src/arch/mod.rs).
 #[repr(C)]
 pub struct Tls {
     /// The current table of `block`, or null before this thread's first slow path.
@@ -29,7 +30,30 @@ pub struct Tls {
     pub guard: usize,
     /// The block this thread has claimed, or null.
     pub block: *mut ThreadBlock,
-    _reserved: [usize; 5],
+    /// Trace mode (src/trace.rs): where this thread's next event goes, in its current chunk;
+    /// the trampolines reserve 16 bytes with one read-modify-write instruction.
+    pub trace_pos: usize,
+    /// The end of the current chunk (0: none yet).
+    pub trace_end: usize,
+    /// The shadow stack of replaced return addresses: the next free entry, and its end.
+    pub shadow_top: usize,
+    pub shadow_end: usize,
+    /// Its base.
+    pub shadow_base: usize,
+    /// Events this thread could not write (no chunk), not yet reported in the trace.
+    pub trace_lost: usize,
+    /// Entries whose exit is not traced: the shadow stack was full, or replacing return
+    /// addresses is off (hardware shadow stacks).
+    pub entry_only: usize,
+    /// Nonzero after an unwinder walked this thread's stack with the original return addresses
+    /// put back (src/trace.rs): the next event puts the exit trampoline back into the frames
+    /// that are still alive.
+    pub unwound: usize,
+    /// This thread's alternate signal stack, [lo, hi) (0, 0 if none known): frames there are
+    /// not compared with frames on the thread's own stack.
+    pub alt_lo: usize,
+    pub alt_hi: usize,
+    _reserved: [usize; 3],
 }
 
 impl Tls {
@@ -38,11 +62,23 @@ impl Tls {
         table: ptr::null_mut(),
         guard: 0,
         block: ptr::null_mut(),
-        _reserved: [0; 5],
+        trace_pos: 0,
+        trace_end: 0,
+        shadow_top: 0,
+        shadow_end: 0,
+        shadow_base: 0,
+        trace_lost: 0,
+        entry_only: 0,
+        unwound: 0,
+        alt_lo: 0,
+        alt_hi: 0,
+        _reserved: [0; 3],
     };
 }
 
-const _: () = assert!(core::mem::size_of::<Tls>() == 64);
+/// Bytes of the Tls block (asm/data.s reserves as many).
+pub const TLS_BYTES: usize = 128;
+const _: () = assert!(core::mem::size_of::<Tls>() == TLS_BYTES);
 
 const FREE: u32 = 0;
 const LIVE: u32 = 1;
@@ -52,6 +88,11 @@ const LIVE: u32 = 1;
 pub struct ThreadBlock {
     /// Next block of the registry. Immutable once the block is published.
     next: *mut ThreadBlock,
+    /// Its number, 0, 1, 2, … in the order blocks were made (trace mode's event slot).
+    /// Immutable.
+    pub index: u32,
+    /// Trace mode's state of the owner (src/trace.rs).
+    pub trace: crate::trace::BlockTrace,
     /// FREE or LIVE.
     state: AtomicU32,
     /// Kernel thread id of the owner while LIVE.
@@ -154,6 +195,7 @@ fn claim_orphan(me: u32) -> Option<&'static ThreadBlock> {
 fn new_block(me: u32, max_arcs: usize) -> Option<&'static ThreadBlock> {
     let table = ArcTable::create_first(max_arcs)?;
     let mem = sys::map_zeroed(core::mem::size_of::<ThreadBlock>())?;
+    let index = BLOCK_COUNT.fetch_add(1, Ordering::Relaxed) as u32;
     let new = mem.cast::<ThreadBlock>().as_ptr();
     let mut head = BLOCKS.load(Ordering::Relaxed);
     loop {
@@ -161,6 +203,8 @@ fn new_block(me: u32, max_arcs: usize) -> Option<&'static ThreadBlock> {
         unsafe {
             new.write(ThreadBlock {
                 next: head,
+                index,
+                trace: crate::trace::BlockTrace::new(),
                 state: AtomicU32::new(LIVE),
                 tid: AtomicU32::new(me),
                 timer: AtomicI32::new(-1),
@@ -174,7 +218,6 @@ fn new_block(me: u32, max_arcs: usize) -> Option<&'static ThreadBlock> {
             Err(h) => head = h,
         }
     }
-    BLOCK_COUNT.fetch_add(1, Ordering::Relaxed);
     // SAFETY: published and never freed.
     Some(unsafe { &*new })
 }

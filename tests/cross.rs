@@ -627,7 +627,7 @@ fn shared_libraries_export_only_their_interface() {
     ] {
         assert_eq!(
             exported_symbols(arch, nm),
-            expected_exports(fentry),
+            expected_exports(fentry, false),
             "{}",
             arch.name
         );

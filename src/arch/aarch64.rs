@@ -58,3 +58,22 @@ const _: () = assert!(
         + core::mem::offset_of!(libc::mcontext_t, pc)
         == UC_PC_OFFSET
 );
+
+/// Trace mode is not yet available on this architecture: INSTRFN_MODE=trace writes gmon.out.
+pub const TRACE_SUPPORTED: bool = false;
+/// The trace clock (docs/trace-format.md).
+pub const CLOCK_NAME: &str = "cntvct";
+
+/// The trace clock now.
+#[inline]
+pub fn counter() -> u64 {
+    let v: u64;
+    // SAFETY: reads the system counter; no memory is touched.
+    unsafe { core::arch::asm!("mrs {v}, cntvct_el0", v = out(reg) v, options(nomem, nostack)) };
+    v
+}
+
+/// Where instrumented functions return to in trace mode (none yet here).
+pub fn exit_trampoline() -> usize {
+    0
+}

@@ -125,17 +125,26 @@ pub use s390x::*;
     target_arch = "s390x"
 ))]
 mod shared {
-    use core::sync::atomic::AtomicU8;
+    use core::sync::atomic::{AtomicU8, Ordering};
 
     core::arch::global_asm!(
         include_str!("../../asm/data.s"),
-        HASH_MUL = const crate::arcs::HASH_MUL
+        HASH_MUL = const crate::arcs::HASH_MUL,
+        TLS_BYTES = const crate::thread::TLS_BYTES,
     );
 
     unsafe extern "C" {
         fn instrfn_tls_get() -> *mut crate::thread::Tls;
         /// Read by every fast path.
         static instrfn_enabled: AtomicU8;
+        /// 0 gmon, 1 trace: read by every fast path.
+        static instrfn_mode: AtomicU8;
+    }
+
+    /// Sets the mode the fast paths take (start-up, before recording).
+    pub fn set_mode(mode: u8) {
+        // SAFETY: a static defined in the assembly, one byte, only accessed atomically.
+        unsafe { &*core::ptr::addr_of!(instrfn_mode) }.store(mode, Ordering::Relaxed);
     }
 
     /// Whether this build has trampolines.

@@ -55,3 +55,22 @@ macro_rules! guarded_jump {
 /// with the PSW {mask, addr} (8-byte aligned): the pc is the PSW address at 40 + 8 = 48.
 /// glibc's and musl's ucontext_t (uc_mcontext.psw.addr) share this prefix.
 pub const UC_PC_OFFSET: usize = 48;
+
+/// Trace mode is not yet available on this architecture: INSTRFN_MODE=trace writes gmon.out.
+pub const TRACE_SUPPORTED: bool = false;
+/// The trace clock (docs/trace-format.md).
+pub const CLOCK_NAME: &str = "stckf";
+
+/// The trace clock now: the TOD clock (`stckf`, bit 51 = 1 µs).
+#[inline]
+pub fn counter() -> u64 {
+    let mut v: u64 = 0;
+    // SAFETY: stckf stores the TOD clock in the doubleword given.
+    unsafe { core::arch::asm!("stckf 0({p})", p = in(reg_addr) &mut v, options(nostack)) };
+    v
+}
+
+/// Where instrumented functions return to in trace mode (none yet here).
+pub fn exit_trampoline() -> usize {
+    0
+}

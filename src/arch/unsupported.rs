@@ -34,3 +34,16 @@ static ENABLED: core::sync::atomic::AtomicU8 = core::sync::atomic::AtomicU8::new
 pub fn enabled() -> &'static core::sync::atomic::AtomicU8 {
     &ENABLED
 }
+
+pub const TRACE_SUPPORTED: bool = false;
+pub const CLOCK_NAME: &str = "monotonic";
+
+pub fn counter() -> u64 {
+    crate::sys::monotonic_ns()
+}
+
+pub fn exit_trampoline() -> usize {
+    0
+}
+
+pub fn set_mode(_mode: u8) {}

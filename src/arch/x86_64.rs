@@ -2,7 +2,21 @@
 //! `__fentry__` before it (from_pc at `8(%rsp)`). The routines and their register contracts are
 //! in `asm/x86_64.s`.
 
-trampoline_asm!("../../asm/x86_64.s", att_syntax);
+trampoline_asm!("../../asm/x86_64.s", att_syntax;
+    TLS_TRACE_POS = const core::mem::offset_of!(crate::thread::Tls, trace_pos),
+    TLS_TRACE_END = const core::mem::offset_of!(crate::thread::Tls, trace_end),
+    TLS_SHADOW_TOP = const core::mem::offset_of!(crate::thread::Tls, shadow_top),
+    TLS_SHADOW_END = const core::mem::offset_of!(crate::thread::Tls, shadow_end),
+    TLS_SHADOW_BASE = const core::mem::offset_of!(crate::thread::Tls, shadow_base),
+    TLS_UNWOUND = const core::mem::offset_of!(crate::thread::Tls, unwound),
+    SH_RET = const crate::trace::layout::SH_RET,
+    SH_SLOT = const crate::trace::layout::SH_SLOT,
+    SH_FN = const crate::trace::layout::SH_FN,
+    SH_BYTES = const crate::trace::layout::SH_BYTES,
+    EV_SHIFT = const crate::trace::layout::EV_SHIFT,
+    EV_ENTRY = const crate::trace::layout::EV_ENTRY,
+    EV_EXIT = const crate::trace::layout::EV_EXIT,
+);
 
 /// `naked_asm!` in AT&T syntax, like asm/x86_64.s.
 macro_rules! naked {
@@ -22,6 +36,37 @@ entry_point! {
     /// `__fentry__`: called as the first instruction by `gcc -pg -mfentry` code.
     /// ABI here: every register preserved.
     __fentry__ => "jmp instrfn_x86_64_fentry"
+}
+entry_point! {
+    /// `__cyg_profile_func_enter(this_fn, call_site)`: called by `-finstrument-functions` code
+    /// (gcc, clang) at every function's entry. ABI here: every register preserved (more than
+    /// the ordinary call it is allows).
+    __cyg_profile_func_enter => "jmp instrfn_x86_64_cyg_enter"
+}
+entry_point! {
+    /// `__cyg_profile_func_exit(this_fn, call_site)`: before every return of such code.
+    __cyg_profile_func_exit => "jmp instrfn_x86_64_cyg_exit"
+}
+
+/// Trace mode has its trampolines here.
+pub const TRACE_SUPPORTED: bool = true;
+/// The trace clock (docs/trace-format.md): the time-stamp counter, read by `rdtsc`.
+pub const CLOCK_NAME: &str = "tsc";
+
+/// The trace clock now (what the fast paths store in an event).
+#[inline]
+pub fn counter() -> u64 {
+    // SAFETY: rdtsc reads the time-stamp counter; no memory is touched.
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+unsafe extern "C" {
+    fn instrfn_x86_64_exit();
+}
+
+/// The address an instrumented function returns to in trace mode.
+pub fn exit_trampoline() -> usize {
+    instrfn_x86_64_exit as *const () as usize
 }
 
 /// The body of a naked function that continues at `$f` with every register as it came.

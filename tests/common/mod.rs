@@ -573,7 +573,7 @@ pub fn run_within(cmd: &mut Command, seconds: u64) -> Output {
 /// The symbols a libinstrfn.so for `arch` must export, and nothing else: the ABI's counting
 /// entry points, glibc's gmon entry points, the documented C API, and the libc functions the
 /// runtime wraps.
-pub fn expected_exports(fentry: bool) -> Vec<&'static str> {
+pub fn expected_exports(fentry: bool, cyg: bool) -> Vec<&'static str> {
     let mut v = vec![
         "mcount",
         "_mcount",
@@ -601,6 +601,9 @@ pub fn expected_exports(fentry: bool) -> Vec<&'static str> {
     ];
     if fentry {
         v.push("__fentry__");
+    }
+    if cyg {
+        v.extend(["__cyg_profile_func_enter", "__cyg_profile_func_exit"]);
     }
     v.sort();
     v

@@ -1,0 +1,278 @@
+//! `instrfn`: record a program with the runtime preloaded, and read what it recorded.
+//!
+//! Every failure is one line on stderr naming the problem and a non-zero exit status; a
+//! recorded program's own exit status is passed through.
+
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use instrfn_trace::{Kind, Symbols, Trace};
+
+/// Function-instrumentation runtime: record instrumented programs (-pg, -Zinstrument-mcount,
+/// -finstrument-functions), read their traces.
+#[derive(Parser)]
+#[command(name = "instrfn", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run CMD with the runtime preloaded, and say what was recorded.
+    ///
+    /// Trace mode writes entry/exit events into DIR (one pair of files per program image,
+    /// processes started by CMD included); gmon mode writes gmon.out files into DIR. CMD's
+    /// exit status is passed through.
+    Record {
+        /// Where the trace (or the gmon.out files) go.
+        #[arg(short = 'o', long, default_value = "instrfn.data")]
+        output: PathBuf,
+        /// What to record.
+        #[arg(long, value_enum, default_value_t = Mode::Trace)]
+        mode: Mode,
+        /// The runtime to preload (default: libinstrfn.so next to this program).
+        #[arg(long)]
+        preload: Option<PathBuf>,
+        /// The program and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        cmd: Vec<OsString>,
+    },
+    /// List the raw events of a trace, per process and thread.
+    Dump {
+        /// The trace directory.
+        #[arg(default_value = "instrfn.data")]
+        dir: PathBuf,
+        /// Show raw addresses, not function names.
+        #[arg(long)]
+        raw: bool,
+    },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    Trace,
+    Gmon,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Record {
+            output,
+            mode,
+            preload,
+            cmd,
+        } => record(&output, mode, preload, &cmd),
+        Command::Dump { dir, raw } => dump(&dir, raw),
+    };
+    match result {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("instrfn: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// libinstrfn.so: given, or next to this executable (both come out of one `cargo build`).
+fn find_preload(given: Option<PathBuf>) -> Result<PathBuf, String> {
+    if let Some(p) = given {
+        return if p.is_file() {
+            Ok(std::path::absolute(&p).unwrap_or(p))
+        } else {
+            Err(format!("--preload {}: no such file", p.display()))
+        };
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let lib = exe.with_file_name("libinstrfn.so");
+    if lib.is_file() {
+        Ok(lib)
+    } else {
+        Err(format!(
+            "{} is missing (build it with `cargo build --release`, or pass --preload)",
+            lib.display()
+        ))
+    }
+}
+
+fn record(
+    output: &Path,
+    mode: Mode,
+    preload: Option<PathBuf>,
+    cmd: &[OsString],
+) -> Result<ExitCode, String> {
+    let lib = find_preload(preload)?;
+    std::fs::create_dir_all(output)
+        .map_err(|e| format!("cannot create {}: {e}", output.display()))?;
+    let output = std::path::absolute(output).unwrap_or_else(|_| output.to_path_buf());
+    // A previous recording in the same directory would mix with this one: its files go.
+    for e in std::fs::read_dir(&output)
+        .map_err(|e| format!("cannot read {}: {e}", output.display()))?
+        .flatten()
+    {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.ends_with(".meta") || name.ends_with(".events") || name.starts_with("gmon.out") {
+            std::fs::remove_file(e.path())
+                .map_err(|err| format!("cannot remove {}: {err}", e.path().display()))?;
+        }
+    }
+    let mut preload_var = lib.clone().into_os_string();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        preload_var.push(":");
+        preload_var.push(old);
+    }
+    let mut command = std::process::Command::new(&cmd[0]);
+    command.args(&cmd[1..]).env("LD_PRELOAD", &preload_var);
+    match mode {
+        Mode::Trace => {
+            command
+                .env("INSTRFN_MODE", "trace")
+                .env("INSTRFN_OUTPUT", &output);
+        }
+        Mode::Gmon => {
+            command
+                .env("INSTRFN_MODE", "gmon")
+                .env("GMON_OUT_PREFIX", output.join("gmon.out"));
+        }
+    }
+    let status = command
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}", cmd[0].to_string_lossy()))?;
+    summary(&output, mode, &cmd[0]);
+    Ok(pass_through(status))
+}
+
+/// CMD's status as ours: its exit code, or (killed by a signal) the same signal on us.
+fn pass_through(status: std::process::ExitStatus) -> ExitCode {
+    if let Some(code) = status.code() {
+        return ExitCode::from(code as u8);
+    }
+    if let Some(sig) = status.signal() {
+        // SAFETY: resetting a signal's action and raising it on ourselves.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+        }
+        return ExitCode::from(128 + sig as u8);
+    }
+    ExitCode::FAILURE
+}
+
+fn summary(output: &Path, mode: Mode, cmd: &std::ffi::OsStr) {
+    let hint = |what: &str| {
+        eprintln!(
+            "instrfn: {} recorded no {what}: it never called an instrumented function. Build it \
+             with -pg (gcc, clang), -Zinstrument-mcount (rustc) or -finstrument-functions (gcc, \
+             clang; trace mode)",
+            cmd.to_string_lossy()
+        );
+    };
+    match mode {
+        Mode::Gmon => {
+            let n = std::fs::read_dir(output)
+                .map(|d| {
+                    d.flatten()
+                        .filter(|e| e.file_name().to_string_lossy().starts_with("gmon.out"))
+                        .count()
+                })
+                .unwrap_or(0);
+            if n == 0 {
+                hint("profile");
+            } else {
+                eprintln!("instrfn: {n} profiles in {}", output.display());
+            }
+        }
+        Mode::Trace => match Trace::open(output) {
+            Ok(trace) => {
+                let mut events = 0u64;
+                let mut threads = 0usize;
+                let mut lost = 0u64;
+                let mut bytes = 0u64;
+                for p in &trace.processes {
+                    for slot in p.slots() {
+                        events += p.events(slot).filter(|e| e.is_ok()).count() as u64;
+                    }
+                    threads += p
+                        .threads
+                        .iter()
+                        .map(|t| t.tid)
+                        .collect::<std::collections::BTreeSet<_>>()
+                        .len();
+                    lost += p.lost_total();
+                    bytes += p.event_bytes();
+                }
+                if events == 0 {
+                    hint("event");
+                } else {
+                    eprintln!(
+                        "instrfn: {events} events, {threads} threads, {} processes, {lost} lost, \
+                         {:.1} MiB in {}",
+                        trace.processes.len(),
+                        bytes as f64 / (1 << 20) as f64,
+                        output.display()
+                    );
+                }
+            }
+            Err(_) => hint("event"),
+        },
+    }
+}
+
+fn dump(dir: &Path, raw: bool) -> Result<ExitCode, String> {
+    use std::io::Write;
+    let trace = Trace::open(dir).map_err(|e| e.to_string())?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut write = |s: String| -> Result<(), String> {
+        writeln!(out, "{s}").map_err(|e| format!("cannot write: {e}"))
+    };
+    for p in &trace.processes {
+        write(format!(
+            "process {} image {} (parent {}): {}{}",
+            p.pid,
+            p.image,
+            p.ppid,
+            p.cmdline.join(" "),
+            if p.ended {
+                ""
+            } else {
+                " [did not exit normally]"
+            }
+        ))?;
+        let symbols = (!raw).then(|| Symbols::of(p));
+        let t0 = p.clock.start.0;
+        for slot in p.slots() {
+            let names: Vec<String> = p
+                .threads_of(slot)
+                .map(|t| format!("{} {}", t.tid, t.name))
+                .collect();
+            write(format!("  thread slot {slot}: {}", names.join(", ")))?;
+            let mut events = p.events(slot);
+            let mut tid = 0;
+            while let Some(e) = events.next() {
+                let e = e.map_err(|e| e.to_string())?;
+                if events.tid() != tid {
+                    tid = events.tid();
+                    write(format!("    tid {tid}"))?;
+                }
+                let ns = p.clock.ns(e.ts) - p.clock.ns(t0);
+                let what = match e.kind {
+                    Kind::Lost => format!("{} events", e.value),
+                    _ => match symbols.as_ref().and_then(|s| s.name(e.value)) {
+                        Some(name) => name.to_string(),
+                        None => format!("{:#x}", e.value),
+                    },
+                };
+                write(format!("    {ns:>14.0} {} {what}", e.kind.name()))?;
+            }
+        }
+    }
+    drop(write);
+    out.flush().map_err(|e| format!("cannot write: {e}"))?;
+    Ok(ExitCode::SUCCESS)
+}

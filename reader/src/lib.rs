@@ -1,0 +1,637 @@
+//! Reads the trace directories that instrfn's trace mode writes (docs/trace-format.md, the
+//! format's one reader): each program image's meta file (text) and events file (chunks of
+//! 16-byte events, memory-mapped). The commands (`instrfn dump`, `report`, `export`) build on
+//! this; nothing else knows the format.
+//!
+//! Bad input never panics: a missing, truncated, corrupt or future-version trace is an
+//! [`Error`] naming the file and the problem.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// The format version this reader knows.
+pub const VERSION: u32 = 1;
+const CHUNK_MAGIC: &[u8; 8] = b"IFNCHNK1";
+const CHUNK_HEADER: usize = 64;
+const EVENT_BYTES: usize = 16;
+
+/// A problem with a trace: the file (or directory) and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    pub path: PathBuf,
+    pub message: String,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+fn error(path: &Path, message: impl Into<String>) -> Error {
+    Error {
+        path: path.to_path_buf(),
+        message: message.into(),
+    }
+}
+
+/// What an event says (the kind in its low 4 bits, docs/trace-format.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// A function was entered.
+    Entry,
+    /// A function returned.
+    Exit,
+    /// A function's frame was removed by unwinding or longjmp (closed at this time).
+    Unwound,
+    /// `value` events were lost just before this point.
+    Lost,
+    /// A function was entered, and its exit will not be recorded (shadow stack full, or
+    /// return addresses could not be replaced).
+    EntryNoExit,
+}
+
+impl Kind {
+    fn from_bits(k: u64) -> Option<Kind> {
+        Some(match k {
+            1 => Kind::Entry,
+            2 => Kind::Exit,
+            3 => Kind::Unwound,
+            4 => Kind::Lost,
+            5 => Kind::EntryNoExit,
+            _ => return None,
+        })
+    }
+
+    /// The word `instrfn dump` prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Entry => "entry",
+            Kind::Exit => "exit",
+            Kind::Unwound => "unwound",
+            Kind::Lost => "lost",
+            Kind::EntryNoExit => "entry-no-exit",
+        }
+    }
+}
+
+/// One event of one thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event {
+    /// The raw counter ([`Clock::ns`] converts it).
+    pub ts: u64,
+    pub kind: Kind,
+    /// The function's runtime address, or (for [`Kind::Lost`]) the number of events lost.
+    pub value: u64,
+}
+
+/// The counter the events carry, and how it relates to CLOCK_MONOTONIC.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Clock {
+    /// `tsc`, `cntvct`, `time`, `stckf` or `monotonic`.
+    pub name: String,
+    /// (counter, CLOCK_MONOTONIC ns) at start and, if the process ended normally, at the end.
+    pub start: (u64, u64),
+    pub end: Option<(u64, u64)>,
+    /// CLOCK_REALTIME at start, in ns since the epoch.
+    pub realtime_start: u64,
+}
+
+impl Clock {
+    /// Nanoseconds per counter tick: from the two pairs when there are two, else the
+    /// counter's nominal rate (for `monotonic` exactly 1; for the others an estimate is used
+    /// until the end pair is known — a process killed before its end line).
+    pub fn ns_per_tick(&self) -> f64 {
+        if let Some(end) = self.end
+            && end.0 > self.start.0
+            && end.1 > self.start.1
+        {
+            return (end.1 - self.start.1) as f64 / (end.0 - self.start.0) as f64;
+        }
+        match self.name.as_str() {
+            "monotonic" => 1.0,
+            "stckf" => 1000.0 / 4096.0,
+            "cntvct" | "time" => 1.0,
+            _ => 1.0 / 3.0,
+        }
+    }
+
+    /// A counter value as nanoseconds of CLOCK_MONOTONIC.
+    pub fn ns(&self, counter: u64) -> f64 {
+        let d = counter as i128 - self.start.0 as i128;
+        self.start.1 as f64 + d as f64 * self.ns_per_tick()
+    }
+}
+
+/// A loaded object: where its code is, its load bias, its path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Module {
+    pub bias: u64,
+    pub start: u64,
+    pub end: u64,
+    pub path: PathBuf,
+}
+
+/// The executable's identity when it was recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exe {
+    pub path: PathBuf,
+    pub build_id: Option<String>,
+    pub size: u64,
+    pub mtime_ns: u64,
+    pub head_hash: String,
+}
+
+/// A thread that took a slot (from a `thread` line).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadInfo {
+    pub slot: u32,
+    pub tid: u32,
+    pub name: String,
+}
+
+/// One chunk of an events file.
+#[derive(Debug, Clone, Copy)]
+struct Chunk {
+    offset: usize,
+    len: usize,
+    slot: u32,
+    tid: u32,
+    seq: u64,
+}
+
+/// One program image's trace.
+pub struct Process {
+    pub pid: u32,
+    pub ppid: u32,
+    pub image: u32,
+    pub cmdline: Vec<String>,
+    pub exe: Option<Exe>,
+    pub clock: Clock,
+    pub modules: Vec<Module>,
+    /// Every `thread` line, in order.
+    pub threads: Vec<ThreadInfo>,
+    /// Events lost per slot (from `lost` lines).
+    pub lost: BTreeMap<u32, u64>,
+    /// Whether the process wrote its `end` line (it exited normally).
+    pub ended: bool,
+    /// The files read.
+    pub meta_path: PathBuf,
+    pub events_path: PathBuf,
+    events: Option<memmap2::Mmap>,
+    little_endian: bool,
+    chunks: Vec<Chunk>,
+}
+
+/// A whole trace directory: its processes, ordered by (pid, image).
+pub struct Trace {
+    pub dir: PathBuf,
+    pub processes: Vec<Process>,
+}
+
+impl Trace {
+    /// Reads every process image in `dir`.
+    pub fn open(dir: &Path) -> Result<Trace, Error> {
+        let entries = std::fs::read_dir(dir).map_err(|e| {
+            error(
+                dir,
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    "no such trace directory".to_string()
+                } else {
+                    format!("cannot read the trace directory: {e}")
+                },
+            )
+        })?;
+        let mut names: Vec<String> = entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter_map(|n| n.strip_suffix(".meta").map(str::to_string))
+            .collect();
+        names.sort();
+        if names.is_empty() {
+            return Err(error(
+                dir,
+                "no trace in this directory (no <pid>.<image>.meta file)",
+            ));
+        }
+        let mut processes = names
+            .iter()
+            .map(|n| {
+                Process::open(
+                    &dir.join(format!("{n}.meta")),
+                    &dir.join(format!("{n}.events")),
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        processes.sort_by_key(|p| (p.pid, p.image));
+        Ok(Trace {
+            dir: dir.to_path_buf(),
+            processes,
+        })
+    }
+}
+
+/// Decodes a percent-encoded word (`-` is the empty word).
+pub fn decode_word(w: &str) -> String {
+    if w == "-" {
+        return String::new();
+    }
+    let b = w.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && i + 2 < b.len() + 0
+            && let Ok(v) =
+                u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("x"), 16)
+        {
+            out.push(v);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn number(path: &Path, line: usize, w: Option<&str>) -> Result<u64, Error> {
+    let w = w.ok_or_else(|| error(path, format!("line {line}: a field is missing")))?;
+    let v = match w.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => w.parse(),
+    };
+    v.map_err(|_| error(path, format!("line {line}: `{w}` is not a number")))
+}
+
+impl Process {
+    fn open(meta_path: &Path, events_path: &Path) -> Result<Process, Error> {
+        let text =
+            std::fs::read(meta_path).map_err(|e| error(meta_path, format!("cannot read: {e}")))?;
+        let text = String::from_utf8_lossy(&text);
+        let mut lines = text.lines();
+        let first = lines.next().unwrap_or("");
+        let version = first.strip_prefix("instrfn-trace ").ok_or_else(|| {
+            error(
+                meta_path,
+                "not an instrfn trace (its first line is not `instrfn-trace <version>`)",
+            )
+        })?;
+        let version: u32 = version
+            .trim()
+            .parse()
+            .map_err(|_| error(meta_path, format!("unreadable format version `{version}`")))?;
+        if version > VERSION {
+            return Err(error(
+                meta_path,
+                format!(
+                    "trace format version {version} is newer than this instrfn reads ({VERSION}): use a newer instrfn"
+                ),
+            ));
+        }
+        let mut p = Process {
+            pid: 0,
+            ppid: 0,
+            image: 1,
+            cmdline: Vec::new(),
+            exe: None,
+            clock: Clock {
+                name: String::new(),
+                start: (0, 0),
+                end: None,
+                realtime_start: 0,
+            },
+            modules: Vec::new(),
+            threads: Vec::new(),
+            lost: BTreeMap::new(),
+            ended: false,
+            meta_path: meta_path.to_path_buf(),
+            events_path: events_path.to_path_buf(),
+            events: None,
+            little_endian: cfg!(target_endian = "little"),
+            chunks: Vec::new(),
+        };
+        let mut have_process = false;
+        let mut clocks = 0;
+        for (i, line) in lines.enumerate() {
+            let n = i + 2;
+            let mut w = line.split(' ');
+            match w.next().unwrap_or("") {
+                "process" => {
+                    p.pid = number(meta_path, n, w.next())? as u32;
+                    p.ppid = number(meta_path, n, w.next())? as u32;
+                    p.image = number(meta_path, n, w.next())? as u32;
+                    have_process = true;
+                }
+                "cmdline" => p.cmdline = w.map(decode_word).collect(),
+                "exe" => {
+                    let path = PathBuf::from(decode_word(w.next().unwrap_or("-")));
+                    let id = w.next().unwrap_or("-");
+                    p.exe = Some(Exe {
+                        path,
+                        build_id: (id != "-").then(|| id.to_string()),
+                        size: number(meta_path, n, w.next())?,
+                        mtime_ns: number(meta_path, n, w.next())?,
+                        head_hash: w.next().unwrap_or("").to_string(),
+                    });
+                }
+                "clock" => {
+                    let name = w.next().unwrap_or("").to_string();
+                    let counter = number(meta_path, n, w.next())?;
+                    let mono = number(meta_path, n, w.next())?;
+                    let real = number(meta_path, n, w.next())?;
+                    if clocks == 0 {
+                        p.clock.name = name;
+                        p.clock.start = (counter, mono);
+                        p.clock.realtime_start = real;
+                    } else {
+                        p.clock.end = Some((counter, mono));
+                    }
+                    clocks += 1;
+                }
+                "module" => {
+                    let bias = number(meta_path, n, w.next())?;
+                    let start = number(meta_path, n, w.next())?;
+                    let end = number(meta_path, n, w.next())?;
+                    let path = PathBuf::from(decode_word(w.next().unwrap_or("-")));
+                    p.modules.push(Module {
+                        bias,
+                        start,
+                        end,
+                        path,
+                    });
+                }
+                "thread" => {
+                    let slot = number(meta_path, n, w.next())? as u32;
+                    let tid = number(meta_path, n, w.next())? as u32;
+                    let name = decode_word(w.next().unwrap_or("-"));
+                    p.threads.push(ThreadInfo { slot, tid, name });
+                }
+                "lost" => {
+                    let slot = number(meta_path, n, w.next())? as u32;
+                    *p.lost.entry(slot).or_default() += number(meta_path, n, w.next())?;
+                }
+                "end" => p.ended = true,
+                // A later minor addition: skipped.
+                _ => {}
+            }
+        }
+        if !have_process || clocks == 0 {
+            return Err(error(meta_path, "truncated: no `process` or `clock` line"));
+        }
+        p.map_events()?;
+        Ok(p)
+    }
+
+    fn map_events(&mut self) -> Result<(), Error> {
+        let path = self.events_path.clone();
+        let file = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(error(
+                    &path,
+                    "missing (the meta file names a process whose events file is gone)",
+                ));
+            }
+            Err(e) => return Err(error(&path, format!("cannot open: {e}"))),
+        };
+        let len = file
+            .metadata()
+            .map_err(|e| error(&path, format!("cannot stat: {e}")))?
+            .len() as usize;
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: the file is only read; a writer still running could change it under us,
+        // which at worst shows events that appear while we read (never invalid memory: the
+        // mapping's length is fixed).
+        let map = unsafe { memmap2::Mmap::map(&file) }
+            .map_err(|e| error(&path, format!("cannot map: {e}")))?;
+        if len < CHUNK_HEADER || &map[..8] != CHUNK_MAGIC {
+            return Err(error(
+                &path,
+                "not an instrfn events file (bad chunk magic at offset 0)",
+            ));
+        }
+        let u32_at = |b: &[u8], i: usize, le: bool| {
+            let a: [u8; 4] = b[i..i + 4].try_into().unwrap();
+            if le {
+                u32::from_le_bytes(a)
+            } else {
+                u32::from_be_bytes(a)
+            }
+        };
+        let u64_at = |b: &[u8], i: usize, le: bool| {
+            let a: [u8; 8] = b[i..i + 8].try_into().unwrap();
+            if le {
+                u64::from_le_bytes(a)
+            } else {
+                u64::from_be_bytes(a)
+            }
+        };
+        // Byte order from the version field (1).
+        let le = u32_at(&map, 8, true) == 1;
+        if !le && u32_at(&map, 8, false) != 1 {
+            return Err(error(&path, "unknown events file version"));
+        }
+        let size = u32_at(&map, 12, le) as usize;
+        if size < CHUNK_HEADER + EVENT_BYTES || size % EVENT_BYTES != 0 {
+            return Err(error(&path, format!("corrupt chunk size {size}")));
+        }
+        let mut offset = 0;
+        while offset < len {
+            let chunk = &map[offset..len.min(offset + size)];
+            if chunk.len() < CHUNK_HEADER || chunk.iter().take(8).all(|&b| b == 0) {
+                // Allocated but never written (the process died before its header), or cut.
+                offset += size;
+                continue;
+            }
+            if &chunk[..8] != CHUNK_MAGIC {
+                return Err(error(
+                    &path,
+                    format!("corrupt chunk at offset {offset} (bad magic)"),
+                ));
+            }
+            self.chunks.push(Chunk {
+                offset,
+                len: chunk.len(),
+                slot: u32_at(chunk, 16, le),
+                tid: u32_at(chunk, 20, le),
+                seq: u64_at(chunk, 24, le),
+            });
+            offset += size;
+        }
+        self.chunks.sort_by_key(|c| (c.slot, c.seq));
+        self.little_endian = le;
+        self.events = Some(map);
+        Ok(())
+    }
+
+    /// The slots that have events.
+    pub fn slots(&self) -> Vec<u32> {
+        let mut s: Vec<u32> = self.chunks.iter().map(|c| c.slot).collect();
+        s.dedup();
+        s
+    }
+
+    /// The thread lines of a slot.
+    pub fn threads_of(&self, slot: u32) -> impl Iterator<Item = &ThreadInfo> {
+        self.threads.iter().filter(move |t| t.slot == slot)
+    }
+
+    /// The tid that wrote a slot's events first (from its first chunk), if any.
+    pub fn first_tid(&self, slot: u32) -> Option<u32> {
+        self.chunks.iter().find(|c| c.slot == slot).map(|c| c.tid)
+    }
+
+    /// The events of one slot, in the order they were written (chunk by chunk). An event
+    /// whose tag word is zero ends a chunk (the rest was never written); an unknown kind is an
+    /// error of the whole trace. The tids of the chunks tell which thread wrote them.
+    pub fn events(&self, slot: u32) -> Events<'_> {
+        Events {
+            p: self,
+            chunks: self
+                .chunks
+                .iter()
+                .filter(|c| c.slot == slot)
+                .copied()
+                .collect(),
+            next_chunk: 0,
+            pos: 0,
+            tid: 0,
+        }
+    }
+
+    /// How many events lost in total (from the meta file).
+    pub fn lost_total(&self) -> u64 {
+        self.lost.values().sum()
+    }
+
+    /// Bytes of events files.
+    pub fn event_bytes(&self) -> u64 {
+        self.events.as_ref().map_or(0, |m| m.len() as u64)
+    }
+
+    /// The module holding `addr`, if one does.
+    pub fn module_of(&self, addr: u64) -> Option<&Module> {
+        self.modules
+            .iter()
+            .filter(|m| (m.start..m.end).contains(&addr))
+            .last()
+    }
+}
+
+/// The events of one slot ([`Process::events`]).
+pub struct Events<'a> {
+    p: &'a Process,
+    chunks: Vec<Chunk>,
+    next_chunk: usize,
+    /// Byte position in the current chunk (0: start the next chunk).
+    pos: usize,
+    tid: u32,
+}
+
+impl Events<'_> {
+    /// The tid of the thread that wrote the last event returned.
+    pub fn tid(&self) -> u32 {
+        self.tid
+    }
+}
+
+impl Iterator for Events<'_> {
+    type Item = Result<Event, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let map = self.p.events.as_ref()?;
+        loop {
+            let chunk = *self.chunks.get(self.next_chunk)?;
+            if self.pos == 0 {
+                self.pos = CHUNK_HEADER;
+                self.tid = chunk.tid;
+            }
+            if self.pos + EVENT_BYTES > chunk.len {
+                self.next_chunk += 1;
+                self.pos = 0;
+                continue;
+            }
+            let at = chunk.offset + self.pos;
+            let b = &map[at..at + EVENT_BYTES];
+            let le = self.p.little_endian;
+            let word = |i: usize| {
+                let a: [u8; 8] = b[i..i + 8].try_into().unwrap();
+                if le {
+                    u64::from_le_bytes(a)
+                } else {
+                    u64::from_be_bytes(a)
+                }
+            };
+            let (ts, tag) = (word(0), word(8));
+            if tag == 0 {
+                self.next_chunk += 1;
+                self.pos = 0;
+                continue;
+            }
+            self.pos += EVENT_BYTES;
+            return Some(match Kind::from_bits(tag & 15) {
+                Some(kind) => Ok(Event {
+                    ts,
+                    kind,
+                    value: tag >> 4,
+                }),
+                None => Err(error(
+                    &self.p.events_path,
+                    format!("corrupt event at offset {at} (kind {})", tag & 15),
+                )),
+            });
+        }
+    }
+}
+
+/// Symbols of the modules of a process: runtime address → (name, offset), from each ELF
+/// file's symbol tables (`.symtab`, else `.dynsym`).
+pub struct Symbols {
+    modules: Vec<(Module, Vec<(u64, u64, String)>)>,
+}
+
+impl Symbols {
+    /// Reads the symbols of every module of `p` that can still be read. A module that is gone
+    /// is skipped: its addresses show raw.
+    pub fn of(p: &Process) -> Symbols {
+        use object::{Object, ObjectSymbol};
+        let mut modules = Vec::new();
+        for m in &p.modules {
+            let Ok(data) = std::fs::read(&m.path) else {
+                continue;
+            };
+            let Ok(file) = object::File::parse(&*data) else {
+                continue;
+            };
+            let mut syms: Vec<(u64, u64, String)> = file
+                .symbols()
+                .chain(file.dynamic_symbols())
+                .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0)
+                .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
+                .collect();
+            syms.sort_by_key(|s| (s.0, std::cmp::Reverse(s.1)));
+            syms.dedup_by_key(|s| s.0);
+            modules.push((m.clone(), syms));
+        }
+        Symbols { modules }
+    }
+
+    /// The function holding runtime address `addr`, as its (raw) symbol name.
+    pub fn name(&self, addr: u64) -> Option<&str> {
+        let (m, syms) = self
+            .modules
+            .iter()
+            .rev()
+            .find(|(m, _)| (m.start..m.end).contains(&addr))?;
+        let link = addr.wrapping_sub(m.bias);
+        let i = syms.partition_point(|s| s.0 <= link).checked_sub(1)?;
+        let (start, size, name) = &syms[i];
+        (*size == 0 || link < start + size).then_some(name.as_str())
+    }
+}
