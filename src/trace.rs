@@ -752,7 +752,9 @@ unsafe fn trace_call(tls: &mut Tls, block: &ThreadBlock, slot: *mut usize, self_
         return;
     }
     let room = tls.shadow_top + SH_BYTES <= tls.shadow_end;
-    if hijack && (!room || !HIJACK.load(Ordering::Relaxed)) {
+    // SAFETY: slot is the function's return slot (per the contract).
+    let replaceable = hijack && arch::replaceable(unsafe { *slot });
+    if hijack && (!room || !HIJACK.load(Ordering::Relaxed) || !replaceable) {
         NOEXIT.fetch_add(1, Ordering::Relaxed);
         tls.entry_only += 1;
         event(tls, block, EV_NOEXIT, self_pc, ts);

@@ -1322,3 +1322,92 @@ fn samples_never_interrupt_system_calls() {
         flat.text
     );
 }
+
+/// Runs `exe args` under `instrfn record -o <dir>/trace` (trace mode).
+fn record_trace(
+    exe: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    dir: &Path,
+) -> (std::process::Output, PathBuf) {
+    let trace = dir.join("trace");
+    let mut cmd = Command::new(instrfn_cli());
+    cmd.arg("record")
+        .arg("-o")
+        .arg(&trace)
+        .arg("--")
+        .arg(exe)
+        .args(args)
+        .current_dir(dir);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    (run_ok(&mut cmd), trace)
+}
+
+#[test]
+fn trace_golden_call_tree_every_entry() {
+    // A known call tree at 4 threads: exactly the expected entry/exit sequence per thread, for
+    // -pg (mcount), -pg -mfentry and -finstrument-functions, preloaded by `instrfn record` and
+    // with the runtime linked in (INSTRFN_MODE=trace).
+    const T: usize = 4;
+    const K: usize = 5;
+    let args = [T.to_string(), K.to_string()];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    for flags in [
+        &["-pg"][..],
+        &["-pg", "-mfentry"][..],
+        &["-finstrument-functions"][..],
+    ] {
+        let name = format!("trace-golden{}", flags.join(""));
+        let dir = workdir(&name);
+        let src = fixture("c/calltree.c");
+        let obj = dir.join("calltree.o");
+        let mut cargs: Vec<&OsStr> = vec![OsStr::new("-O2"), OsStr::new("-c")];
+        cargs.extend(flags.iter().map(OsStr::new));
+        cargs.push(src.as_os_str());
+        cc(X86_64, &cargs, &obj);
+        let exe = cc(
+            X86_64,
+            &[obj.as_os_str(), OsStr::new("-lpthread")],
+            &dir.join("calltree"),
+        );
+        let (out, trace) = record_trace(&exe, &args, &[], &dir);
+        let err = stderr_of(&out);
+        let events = 2 + T * (2 + 10 * K);
+        assert!(
+            err.contains(&format!(
+                "instrfn: {events} events, {} threads, 1 processes, 0 lost",
+                T + 1
+            )),
+            "{name}: {err}"
+        );
+        let procs = instrfn_dump(&trace);
+        assert_eq!(procs.len(), 1, "{name}");
+        assert_calltree(&procs[0], T, K, &name);
+
+        // Linked statically, traced by environment alone.
+        let lib = runtime_lib(X86_64, Lib::Static);
+        let linked = cc(
+            X86_64,
+            &[
+                obj.as_os_str(),
+                lib.as_os_str(),
+                OsStr::new("-lpthread"),
+                OsStr::new("-ldl"),
+            ],
+            &dir.join("calltree-linked"),
+        );
+        let tdir = dir.join("linked-trace");
+        let tdir_s = tdir.display().to_string();
+        run_exe(
+            X86_64,
+            &linked,
+            &args,
+            &[("INSTRFN_MODE", "trace"), ("INSTRFN_OUTPUT", &tdir_s)],
+            &dir,
+        );
+        let procs = instrfn_dump(&tdir);
+        assert_calltree(&procs[0], T, K, &format!("{name} linked"));
+    }
+}

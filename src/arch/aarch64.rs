@@ -77,3 +77,9 @@ pub fn counter() -> u64 {
 pub fn exit_trampoline() -> usize {
     0
 }
+
+/// Whether trace mode may replace the return address `ret` with the exit trampoline (else the
+/// call is recorded as an entry without exit).
+pub fn replaceable(_ret: usize) -> bool {
+    true
+}

@@ -47,3 +47,7 @@ pub fn exit_trampoline() -> usize {
 }
 
 pub fn set_mode(_mode: u8) {}
+
+pub fn replaceable(_ret: usize) -> bool {
+    false
+}

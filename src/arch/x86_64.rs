@@ -95,3 +95,9 @@ macro_rules! guarded_jump {
 /// uc_stack (24 bytes), then struct sigcontext, whose 17th word is rip: 40 + 16 * 8 = 168.
 /// glibc's and musl's ucontext_t share this prefix.
 pub const UC_PC_OFFSET: usize = 168;
+
+/// Whether trace mode may replace the return address `ret` with the exit trampoline (else the
+/// call is recorded as an entry without exit).
+pub fn replaceable(_ret: usize) -> bool {
+    true
+}

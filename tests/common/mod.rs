@@ -621,3 +621,121 @@ pub fn exported_symbols(arch: Arch, nm: &str) -> Vec<String> {
     got.sort();
     got
 }
+
+/// The `instrfn` command built by `cargo build --release` (target/release/instrfn).
+pub fn instrfn_cli() -> PathBuf {
+    let path = root().join("target/release/instrfn");
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo build --release` first (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
+/// One thread's events as `instrfn dump` prints them: (kind, function name, ns).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DumpEvent {
+    pub kind: String,
+    pub name: String,
+    pub ns: f64,
+}
+
+/// A process of `instrfn dump` output: its header line, and per thread id its events.
+#[derive(Debug, Default)]
+pub struct DumpProcess {
+    pub header: String,
+    pub threads: BTreeMap<u32, Vec<DumpEvent>>,
+}
+
+/// Runs `instrfn dump DIR` and parses it (every process, in order).
+pub fn instrfn_dump(dir: &Path) -> Vec<DumpProcess> {
+    let out = run_ok(Command::new(instrfn_cli()).arg("dump").arg(dir));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut procs: Vec<DumpProcess> = Vec::new();
+    let mut tid = 0u32;
+    for line in text.lines() {
+        let t = line.trim_start();
+        if line.starts_with("process ") {
+            procs.push(DumpProcess {
+                header: line.to_string(),
+                ..Default::default()
+            });
+        } else if let Some(rest) = t.strip_prefix("tid ") {
+            tid = rest.trim().parse().unwrap();
+        } else if t.starts_with("thread slot") {
+        } else {
+            let mut w = t.split_whitespace();
+            let ns: f64 = w
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{line}"));
+            let kind = w.next().unwrap().to_string();
+            let name = w.collect::<Vec<_>>().join(" ");
+            let p = procs.last_mut().expect("an event before any process");
+            p.threads
+                .entry(tid)
+                .or_default()
+                .push(DumpEvent { kind, name, ns });
+        }
+    }
+    procs
+}
+
+/// The events calltree.c's worker makes for K rounds (see its header), as (kind, name).
+pub fn calltree_worker(k: usize) -> Vec<(String, String)> {
+    let mut v = vec![("entry".to_string(), "run".to_string())];
+    for _ in 0..k {
+        for (kind, name) in [
+            ("entry", "a"),
+            ("entry", "b"),
+            ("entry", "c"),
+            ("exit", "c"),
+            ("exit", "b"),
+            ("entry", "b"),
+            ("entry", "c"),
+            ("exit", "c"),
+            ("exit", "b"),
+            ("exit", "a"),
+        ] {
+            v.push((kind.to_string(), name.to_string()));
+        }
+    }
+    v.push(("exit".to_string(), "run".to_string()));
+    v
+}
+
+/// Checks one process of a calltree.c trace (T threads, K rounds): every worker thread's
+/// events are exactly [`calltree_worker`], the main thread's `entry main, exit main`;
+/// timestamps never decrease within a thread, and each thread's events lie within the run.
+pub fn assert_calltree(p: &DumpProcess, t: usize, k: usize, context: &str) {
+    let worker = calltree_worker(k);
+    let main = vec![
+        ("entry".to_string(), "main".to_string()),
+        ("exit".to_string(), "main".to_string()),
+    ];
+    let (mut workers, mut mains) = (0, 0);
+    for (tid, events) in &p.threads {
+        let seq: Vec<(String, String)> = events
+            .iter()
+            .map(|e| (e.kind.clone(), e.name.clone()))
+            .collect();
+        if seq == worker {
+            workers += 1;
+        } else if seq == main {
+            mains += 1;
+        } else {
+            panic!(
+                "{context}: thread {tid} has an unexpected sequence:\n{seq:?}\n{}",
+                p.header
+            );
+        }
+        for w in events.windows(2) {
+            assert!(
+                w[1].ns >= w[0].ns,
+                "{context}: thread {tid}: time went back: {w:?}"
+            );
+        }
+    }
+    assert_eq!((workers, mains), (t, 1), "{context}: {}", p.header);
+}
