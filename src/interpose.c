@@ -16,6 +16,12 @@
  *   posix_spawn* the child's environment carries the INSTRFN_TREE entry.
  *   dlclose      a library that is really unloaded gets its profile written, and its counts
  *                are kept apart from whatever is loaded at its address later.
+ *   _Unwind_RaiseException, _Unwind_Resume, _Unwind_Resume_or_Rethrow, _Unwind_ForcedUnwind
+ *                (C++ throw, Rust panic and resume_unwind, pthread_exit/cancel): in trace mode the
+ *                original return addresses go back into the frames first (src/trace.rs), so the
+ *                unwinder walks the real stack; the next event closes the frames it removed.
+ *   _Unwind_Backtrace, backtrace  the same around a walk that only looks (Rust's Backtrace,
+ *                glibc's backtrace()), and the exit trampoline goes back afterwards.
  *   sigaction    instrfn's crash handlers (src/crash.rs) are invisible to the program: asking
  *                for SIGSEGV's action while instrfn's handler is installed shows the action
  *                before it (SIG_DFL), and setting one replaces instrfn's handler for good.
@@ -49,6 +55,8 @@ void instrfn_module_closing(uintptr_t bias, const char *path, void *state);
 void instrfn_module_closed(void *state);
 int instrfn_crash_hidden(int sig, struct sigaction *shown);
 void instrfn_crash_yield(int sig);
+void instrfn_unwind_begin(void);
+void instrfn_unwind_looked(void);
 
 #define HIDDEN __attribute__((visibility("hidden")))
 #define MARKER_BYTES 64
@@ -253,4 +261,65 @@ HIDDEN int instrfn_c_sigaction(int sig, const struct sigaction *act, struct siga
         return 0;
     }
     return instrfn_real_sigaction(sig, act, old);
+}
+
+/* The unwinder (libgcc_s, or whatever provides it). Opaque types: only pointers pass through. */
+typedef int unwind_reason;
+typedef unwind_reason raise_fn(void *exc);
+typedef void resume_fn(void *exc);
+typedef unwind_reason forced_fn(void *exc, void *stop, void *arg);
+typedef unwind_reason trace_fn(void *fn, void *arg);
+typedef int backtrace_fn(void **buffer, int size);
+
+static raise_fn *real_raise, *real_resume_or_rethrow;
+static resume_fn *real_resume;
+static forced_fn *real_forced;
+static trace_fn *real_trace;
+static backtrace_fn *real_backtrace;
+
+/* Looked up when first needed: libgcc_s may be loaded after this library (it is, by glibc
+ * itself, for pthread_cancel), and these are only called where dlsym is safe. */
+static void *next(const char *name) {
+    return dlsym(RTLD_NEXT, name);
+}
+
+HIDDEN unwind_reason instrfn_c__Unwind_RaiseException(void *exc) {
+    if (!real_raise) real_raise = (raise_fn *)next("_Unwind_RaiseException");
+    instrfn_unwind_begin();
+    return real_raise(exc);
+}
+
+HIDDEN unwind_reason instrfn_c__Unwind_Resume_or_Rethrow(void *exc) {
+    if (!real_resume_or_rethrow)
+        real_resume_or_rethrow = (raise_fn *)next("_Unwind_Resume_or_Rethrow");
+    instrfn_unwind_begin();
+    return real_resume_or_rethrow(exc);
+}
+
+HIDDEN void instrfn_c__Unwind_Resume(void *exc) {
+    if (!real_resume) real_resume = (resume_fn *)next("_Unwind_Resume");
+    instrfn_unwind_begin();
+    real_resume(exc);
+}
+
+HIDDEN unwind_reason instrfn_c__Unwind_ForcedUnwind(void *exc, void *stop, void *arg) {
+    if (!real_forced) real_forced = (forced_fn *)next("_Unwind_ForcedUnwind");
+    instrfn_unwind_begin();
+    return real_forced(exc, stop, arg);
+}
+
+HIDDEN unwind_reason instrfn_c__Unwind_Backtrace(void *fn, void *arg) {
+    if (!real_trace) real_trace = (trace_fn *)next("_Unwind_Backtrace");
+    instrfn_unwind_begin();
+    unwind_reason r = real_trace(fn, arg);
+    instrfn_unwind_looked();
+    return r;
+}
+
+HIDDEN int instrfn_c_backtrace(void **buffer, int size) {
+    if (!real_backtrace) real_backtrace = (backtrace_fn *)next("backtrace");
+    instrfn_unwind_begin();
+    int n = real_backtrace(buffer, size);
+    instrfn_unwind_looked();
+    return n;
 }

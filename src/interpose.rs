@@ -38,4 +38,10 @@ interposers! {
     posix_spawnp => instrfn_c_posix_spawnp,
     dlclose => instrfn_c_dlclose,
     sigaction => instrfn_c_sigaction,
+    _Unwind_RaiseException => instrfn_c__Unwind_RaiseException,
+    _Unwind_Resume => instrfn_c__Unwind_Resume,
+    _Unwind_Resume_or_Rethrow => instrfn_c__Unwind_Resume_or_Rethrow,
+    _Unwind_ForcedUnwind => instrfn_c__Unwind_ForcedUnwind,
+    _Unwind_Backtrace => instrfn_c__Unwind_Backtrace,
+    backtrace => instrfn_c_backtrace,
 }

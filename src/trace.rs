@@ -506,6 +506,14 @@ pub fn thread_ended(tls: &mut Tls, block: &ThreadBlock) {
     if !active() {
         return;
     }
+    // Frames still on the shadow stack were unwound by pthread_exit or pthread_cancel (a
+    // thread that returns from its start routine has none left): closed now.
+    let ts = arch::counter();
+    while let Some(top) = shadow_entries(tls).last() {
+        let func = top.func;
+        tls.shadow_top -= SH_BYTES;
+        event(tls, block, EV_UNWOUND, func, ts);
+    }
     flush_lost(tls, block);
     thread_line(block);
     let t = &block.trace;
@@ -742,10 +750,27 @@ unsafe fn trace_call(tls: &mut Tls, block: &ThreadBlock, slot: *mut usize, self_
     let hijack = slot_addr > 1;
     if hijack {
         if tls.unwound != 0 {
-            after_unwinding(tls, block, slot_addr, true, ts);
-        } else {
-            close_gone(tls, block, slot_addr, true, ts);
+            after_unwinding(tls, block, slot_addr, false, ts);
         }
+        // A tail call: the function that owned this very slot jumped here, leaving the
+        // trampoline in it. That function is done (its exit, now); this one returns where it
+        // would have returned, so its caller is the real one.
+        if let Some(top) = shadow_entries(tls).last()
+            && top.slot == slot
+            // SAFETY: slot is the function's return slot (per the contract).
+            && unsafe { *slot } == arch::exit_trampoline()
+        {
+            let (ret, func) = (top.ret, top.func);
+            tls.shadow_top -= SH_BYTES;
+            event(tls, block, EV_EXIT, func, ts);
+            // SAFETY: as above; the original return address goes back for the code below.
+            unsafe { *slot = ret };
+        }
+        if tls.alt_lo == 0 {
+            // The program may have set an alternate signal stack since this thread started.
+            (tls.alt_lo, tls.alt_hi) = alt_stack();
+        }
+        close_gone(tls, block, slot_addr, true, ts);
     }
     if slot_addr == 1 {
         event(tls, block, EV_EXIT, self_pc, ts);

@@ -1411,3 +1411,120 @@ fn trace_golden_call_tree_every_entry() {
         assert_calltree(&procs[0], T, K, &format!("{name} linked"));
     }
 }
+
+/// Builds `tests/fixtures/c/<src>` with `flags` (and -O2), linked with `link_flags`.
+fn build_plain(dir: &Path, src: &str, flags: &[&str], link_flags: &[&str]) -> PathBuf {
+    let source = fixture(&format!("c/{src}"));
+    let stem = src.split('.').next().unwrap();
+    let obj = dir.join(format!("{stem}.o"));
+    let mut args: Vec<&OsStr> = vec![OsStr::new("-O2"), OsStr::new("-c")];
+    args.extend(flags.iter().map(OsStr::new));
+    args.push(source.as_os_str());
+    let compiler = if src.ends_with(".cpp") { "g++" } else { "gcc" };
+    require_tool(compiler);
+    run_ok(Command::new(compiler).args(&args).arg("-o").arg(&obj));
+    let exe = dir.join(stem);
+    run_ok(
+        Command::new(compiler)
+            .arg(&obj)
+            .args(link_flags)
+            .arg("-o")
+            .arg(&exe),
+    );
+    exe
+}
+
+#[test]
+fn trace_survives_longjmp_unwinding_and_tail_calls() {
+    // Ways out of a function other than its return: every entry still gets its exit, or is
+    // closed as unwound; the program's output is the same as without instrfn.
+    let dir = workdir("trace-unwind");
+    let exe = build_plain(
+        &dir,
+        "unwind.c",
+        &["-pg", "-rdynamic"],
+        &["-rdynamic", "-lpthread"],
+    );
+    let cases: [(&[&str], &[(&str, &str, u64)], &[(&str, &str)]); 7] = [
+        (
+            &["longjmp", "5", "6"],
+            &[
+                ("entry", "dive", 35),
+                ("unwound", "dive", 35),
+                ("exit", "after", 5),
+            ],
+            &[],
+        ),
+        (
+            &["siglongjmp", "5", "6"],
+            &[
+                ("entry", "dive", 35),
+                ("unwound", "dive", 35),
+                ("unwound", "on_signal", 5),
+                ("exit", "after", 5),
+            ],
+            &[],
+        ),
+        (
+            &["exit", "3", "4"],
+            &[
+                ("entry", "dive", 15),
+                ("unwound", "dive", 15),
+                ("unwound", "thread_dive", 3),
+            ],
+            &[],
+        ),
+        (
+            &["cancel", "3", "4"],
+            &[
+                ("entry", "dive", 15),
+                ("unwound", "dive", 15),
+                ("unwound", "thread_dive", 3),
+            ],
+            &[],
+        ),
+        (
+            &["recurse", "2", "10"],
+            &[
+                ("entry", "dive", 6),
+                ("exit", "dive", 6),
+                ("entry-no-exit", "dive", 16),
+            ],
+            &[("INSTRFN_MAX_DEPTH", "4")],
+        ),
+        (
+            &["tailcall", "7"],
+            &[("exit", "tail_f", 7), ("exit", "tail_g", 7)],
+            &[],
+        ),
+        (&["backtrace", "1", "5"], &[("exit", "dive", 6)], &[]),
+    ];
+    for (args, expected, env) in cases {
+        let context = args.join(" ");
+        let plain = run_ok(Command::new(&exe).args(args).current_dir(&dir));
+        let (out, trace) = record_trace(&exe, args, env, &dir);
+        assert_eq!(
+            stdout_of(&out),
+            stdout_of(&plain),
+            "{context}: the program's output"
+        );
+        let procs = instrfn_dump(&trace);
+        let counts = assert_balanced(&procs[0], &context);
+        for (kind, name, n) in expected {
+            assert_eq!(
+                count_of(&counts, kind, name),
+                *n,
+                "{context}: {kind} {name}\n{counts:?}"
+            );
+        }
+    }
+    // Signal handlers run instrumented code in the middle of the thread's own calls.
+    let (out, trace) = record_trace(&exe, &["signal", "3000000"], &[], &dir);
+    let handled = assert_balanced(&instrfn_dump(&trace)[0], "signal");
+    assert!(
+        count_of(&handled, "exit", "handled") > 10,
+        "{handled:?} {}",
+        stdout_of(&out)
+    );
+    assert_eq!(count_of(&handled, "exit", "work"), 3_000_000);
+}

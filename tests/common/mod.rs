@@ -598,6 +598,12 @@ pub fn expected_exports(fentry: bool, cyg: bool) -> Vec<&'static str> {
         "posix_spawnp",
         "dlclose",
         "sigaction",
+        "_Unwind_RaiseException",
+        "_Unwind_Resume",
+        "_Unwind_Resume_or_Rethrow",
+        "_Unwind_ForcedUnwind",
+        "_Unwind_Backtrace",
+        "backtrace",
     ];
     if fentry {
         v.push("__fentry__");
@@ -738,4 +744,47 @@ pub fn assert_calltree(p: &DumpProcess, t: usize, k: usize, context: &str) {
         }
     }
     assert_eq!((workers, mains), (t, 1), "{context}: {}", p.header);
+}
+
+/// Checks that every thread's events of `p` nest: each exit (or unwound) closes the newest open
+/// entry of the same function, and none is left open at the end (entries without exit are
+/// not opened). Returns how many events of each (kind, function) there were.
+pub fn assert_balanced(p: &DumpProcess, context: &str) -> BTreeMap<(String, String), u64> {
+    let mut counts: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for (tid, events) in &p.threads {
+        let mut open: Vec<&str> = Vec::new();
+        for (i, e) in events.iter().enumerate() {
+            *counts.entry((e.kind.clone(), e.name.clone())).or_default() += 1;
+            match e.kind.as_str() {
+                "entry" => open.push(&e.name),
+                "exit" | "unwound" => match open.pop() {
+                    Some(f) if f == e.name => {}
+                    other => panic!(
+                        "{context}: thread {tid} event {i} ({} {}) closes {other:?}\n{:?}",
+                        e.kind,
+                        e.name,
+                        &events[i.saturating_sub(8)..(i + 3).min(events.len())]
+                    ),
+                },
+                "entry-no-exit" => {}
+                k => panic!(
+                    "{context}: thread {tid} event {i}: unexpected {k} {}",
+                    e.name
+                ),
+            }
+        }
+        assert!(
+            open.is_empty(),
+            "{context}: thread {tid} left open: {open:?}"
+        );
+    }
+    counts
+}
+
+/// `counts[(kind, name)]`, 0 if absent.
+pub fn count_of(counts: &BTreeMap<(String, String), u64>, kind: &str, name: &str) -> u64 {
+    counts
+        .get(&(kind.to_string(), name.to_string()))
+        .copied()
+        .unwrap_or(0)
 }
