@@ -22,8 +22,8 @@ instrfn_tls:
 instrfn_enabled:
     .byte 1
 
-# The mode the fast paths take: 0 counts call arcs (gmon), 1 traces entries and exits. Set once
-# by start-up, before recording begins.
+# The mode the fast paths take: 0 counts call arcs (gmon), 1 traces entries and exits, 2 traces
+# entries only (INSTRFN_EXITS=off). Set by the constructor and start-up, before recording.
     .p2align 3
     .globl instrfn_mode
     .hidden instrfn_mode
@@ -83,6 +83,8 @@ instrfn_all_signals:
     .hidden instrfn_crash_yield
     .hidden instrfn_unwind_begin
     .hidden instrfn_unwind_looked
+    .hidden instrfn_unwind_walk_begin
+    .hidden instrfn_unwind_caught
     .hidden instrfn_runtime
     .hidden instrfn_calls_lost
     .hidden instrfn_debug_call_guarded

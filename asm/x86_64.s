@@ -229,6 +229,8 @@ instrfn_x86_64_\name:
     # back by an unwinder. Shadow entries are reserved with one xadd, so a signal handler on
     # this thread that pushes its own never takes ours; the return slot is replaced last.
     .ifc \trace,hijack
+    cmpb $2, instrfn_mode(%rip)             # exits off (INSTRFN_EXITS): entries only
+    je .Ltnoexit_\name
     cmpq $0, %fs:{TLS_UNWOUND}(%rax)
     jne .Ltslow_\name
     leaq \from, %rdi                        # the return slot
@@ -282,6 +284,25 @@ instrfn_x86_64_\name:
     subq ${SH_BYTES}, %fs:{TLS_SHADOW_TOP}(%rcx)  # give the shadow entry back
     .endif
     jmp .Ltslow_\name
+    .ifc \trace,hijack
+.Ltnoexit_\name:
+    # An entry without exit: the event alone (kind EV_NOEXIT), nothing replaced.
+    movq %rax, %rcx
+    rdtsc
+    shlq $32, %rdx
+    orq %rax, %rdx
+    movq $16, %rax
+    xaddq %rax, %fs:{TLS_TRACE_POS}(%rcx)
+    leaq 16(%rax), %rdi
+    cmpq %fs:{TLS_TRACE_END}(%rcx), %rdi
+    ja .Ltslow_\name
+    movq %rdx, (%rax)
+    movq %rsi, %rdx
+    shlq ${EV_SHIFT}, %rdx
+    orq ${EV_NOEXIT}, %rdx
+    movq %rdx, 8(%rax)
+    jmp .Lout_\name
+    .endif
 .Ltunpush_\name:
     .ifc \trace,hijack
     subq ${SH_BYTES}, %fs:{TLS_SHADOW_TOP}(%rcx)

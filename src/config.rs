@@ -35,6 +35,8 @@ pub struct Config {
     pub trace_limit: u64,
     /// INSTRFN_MAX_DEPTH: shadow stack entries per thread.
     pub max_depth: usize,
+    /// INSTRFN_EXITS: whether trace mode replaces return addresses to see exits.
+    pub exits: bool,
     /// GMON_OUT_PREFIX: output goes to `<prefix>.<pid>`.
     pub prefix: [u8; MAX_PREFIX],
     pub prefix_len: usize,
@@ -47,6 +49,11 @@ pub const DEFAULT_BUFSIZE: usize = 1 << 20;
 const MIN_BUFSIZE: usize = 4096;
 const MAX_BUFSIZE: usize = 1 << 30;
 pub const DEFAULT_DEPTH: usize = 4096;
+/// Exits are traced by default where the unwinder can be wrapped (glibc: it is libgcc_s,
+/// dynamic). A musl program links its unwinder statically, which walks into the exit
+/// trampoline when a panic or exception unwinds: there trace mode records entries only unless
+/// INSTRFN_EXITS=on (safe for programs that never unwind).
+const EXITS_BY_DEFAULT: bool = cfg!(target_env = "gnu");
 const MAX_DEPTH: usize = 1 << 20;
 pub const MAX_HZ: u32 = 100_000;
 pub const DEFAULT_MAX_ARCS: usize = 1 << 20;
@@ -67,6 +74,7 @@ impl Config {
         bufsize: DEFAULT_BUFSIZE,
         trace_limit: u64::MAX,
         max_depth: DEFAULT_DEPTH,
+        exits: EXITS_BY_DEFAULT,
         prefix: [0; MAX_PREFIX],
         prefix_len: 0,
     };
@@ -203,6 +211,17 @@ impl Config {
                     v,
                     format_args!("an integer from 1 to {MAX_DEPTH}"),
                     format_args!("{DEFAULT_DEPTH}"),
+                ),
+            }
+        }
+        if let Some(v) = var(c"INSTRFN_EXITS") {
+            match parse_bool(v) {
+                Some(b) => c.exits = b,
+                None => invalid(
+                    "INSTRFN_EXITS",
+                    v,
+                    format_args!("on or off (also 1/0, yes/no, true/false)"),
+                    format_args!("{}", if EXITS_BY_DEFAULT { "on" } else { "off" }),
                 ),
             }
         }

@@ -20,6 +20,9 @@
  *                (C++ throw, Rust panic and resume_unwind, pthread_exit/cancel): in trace mode the
  *                original return addresses go back into the frames first (src/trace.rs), so the
  *                unwinder walks the real stack; the next event closes the frames it removed.
+ *   __cxa_begin_catch  a C++ catch handler starts: the frames the unwinder removed are closed
+ *                now, the ones still alive get the exit trampoline again (so they are traced
+ *                returning even if they return before any other instrumented call).
  *   _Unwind_Backtrace, backtrace  the same around a walk that only looks (Rust's Backtrace,
  *                glibc's backtrace()), and the exit trampoline goes back afterwards.
  *   sigaction    instrfn's crash handlers (src/crash.rs) are invisible to the program: asking
@@ -57,6 +60,8 @@ int instrfn_crash_hidden(int sig, struct sigaction *shown);
 void instrfn_crash_yield(int sig);
 void instrfn_unwind_begin(void);
 void instrfn_unwind_looked(void);
+void instrfn_unwind_walk_begin(void);
+void instrfn_unwind_caught(void *boundary);
 
 #define HIDDEN __attribute__((visibility("hidden")))
 #define MARKER_BYTES 64
@@ -310,7 +315,7 @@ HIDDEN unwind_reason instrfn_c__Unwind_ForcedUnwind(void *exc, void *stop, void 
 
 HIDDEN unwind_reason instrfn_c__Unwind_Backtrace(void *fn, void *arg) {
     if (!real_trace) real_trace = (trace_fn *)next("_Unwind_Backtrace");
-    instrfn_unwind_begin();
+    instrfn_unwind_walk_begin();
     unwind_reason r = real_trace(fn, arg);
     instrfn_unwind_looked();
     return r;
@@ -318,8 +323,19 @@ HIDDEN unwind_reason instrfn_c__Unwind_Backtrace(void *fn, void *arg) {
 
 HIDDEN int instrfn_c_backtrace(void **buffer, int size) {
     if (!real_backtrace) real_backtrace = (backtrace_fn *)next("backtrace");
-    instrfn_unwind_begin();
+    instrfn_unwind_walk_begin();
     int n = real_backtrace(buffer, size);
     instrfn_unwind_looked();
     return n;
+}
+
+typedef void *begin_catch_fn(void *exc);
+static begin_catch_fn *real_begin_catch;
+
+HIDDEN void *instrfn_c___cxa_begin_catch(void *exc) {
+    if (!real_begin_catch) real_begin_catch = (begin_catch_fn *)next("__cxa_begin_catch");
+    /* The catching function's stack pointer at its call: every frame the unwinder removed lay
+     * below it, every frame still alive above. */
+    instrfn_unwind_caught(__builtin_dwarf_cfa());
+    return real_begin_catch(exc);
 }

@@ -44,4 +44,5 @@ interposers! {
     _Unwind_ForcedUnwind => instrfn_c__Unwind_ForcedUnwind,
     _Unwind_Backtrace => instrfn_c__Unwind_Backtrace,
     backtrace => instrfn_c_backtrace,
+    __cxa_begin_catch => instrfn_c___cxa_begin_catch,
 }

@@ -159,7 +159,12 @@ fn start_up() -> Runtime {
     process::init();
     set_recording(config.start);
     let trace = config.trace && start_tracing(&config);
-    if !trace {
+    if trace {
+        // (trace::start chose 2 if return addresses are not to be replaced)
+        if arch::mode() == 0 {
+            arch::set_mode(1);
+        }
+    } else {
         arch::set_mode(0);
     }
     if exe.count == 0 && !trace {
@@ -195,8 +200,11 @@ fn start_tracing(config: &Config) -> bool {
         config.bufsize,
         config.trace_limit,
         config.max_depth,
+        config.exits,
     );
-    arch::set_mode(ok as u8);
+    if !ok {
+        arch::set_mode(0);
+    }
     ok
 }
 

@@ -46,14 +46,17 @@ pub struct Tls {
     /// addresses is off (hardware shadow stacks).
     pub entry_only: usize,
     /// Nonzero after an unwinder walked this thread's stack with the original return addresses
-    /// put back (src/trace.rs): the next event puts the exit trampoline back into the frames
-    /// that are still alive.
+    /// put back (src/trace.rs): 1, the next event puts the exit trampoline back into the frames
+    /// that are still alive; 2, a backtrace is walking right now.
     pub unwound: usize,
     /// This thread's alternate signal stack, [lo, hi) (0, 0 if none known): frames there are
     /// not compared with frames on the thread's own stack.
     pub alt_lo: usize,
     pub alt_hi: usize,
-    _reserved: [usize; 3],
+    /// While a backtrace walks (`unwound` 2): the shadow stack top when it began; the entries
+    /// below are the walked frames, left alone until it is done.
+    pub walk_base: usize,
+    _reserved: [usize; 2],
 }
 
 impl Tls {
@@ -72,7 +75,8 @@ impl Tls {
         unwound: 0,
         alt_lo: 0,
         alt_hi: 0,
-        _reserved: [0; 3],
+        walk_base: 0,
+        _reserved: [0; 2],
     };
 }
 

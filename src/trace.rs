@@ -125,7 +125,7 @@ pub fn active() -> bool {
 /// Opens the trace files of this image in `dir` and writes the meta header. Start-up (async-
 /// signal-safe: system calls only). Returns false (after saying why) when tracing cannot start;
 /// the program then runs untraced.
-pub fn start(dir: &[u8], chunk_bytes: usize, limit: u64, depth: usize) -> bool {
+pub fn start(dir: &[u8], chunk_bytes: usize, limit: u64, depth: usize, exits: bool) -> bool {
     CHUNK_BYTES.store(chunk_bytes, Ordering::Relaxed);
     MAX_CHUNKS.store((limit / chunk_bytes as u64).max(1), Ordering::Relaxed);
     DEPTH.store(depth, Ordering::Relaxed);
@@ -184,7 +184,10 @@ pub fn start(dir: &[u8], chunk_bytes: usize, limit: u64, depth: usize) -> bool {
         return false;
     }
     SESSION.meta_fd.store(meta, Ordering::Relaxed);
-    HIJACK.store(!hardware_shadow_stack(), Ordering::Relaxed);
+    HIJACK.store(exits && !hardware_shadow_stack(), Ordering::Relaxed);
+    if !HIJACK.load(Ordering::Relaxed) {
+        arch::set_mode(2);
+    }
     write_header();
     SESSION.events_fd.store(events, Ordering::Release);
     true
@@ -671,6 +674,9 @@ fn same_stack(tls: &Tls, a: usize, b: usize) -> bool {
 /// Events `EV_UNWOUND` at `ts`.
 fn close_gone(tls: &mut Tls, block: &ThreadBlock, slot: usize, inclusive: bool, ts: u64) {
     loop {
+        if tls.unwound == WALKING && tls.shadow_top <= tls.walk_base {
+            return;
+        }
         let entries = shadow_entries(tls);
         let Some(top) = entries.last() else {
             return;
@@ -705,6 +711,10 @@ fn after_unwinding(tls: &mut Tls, block: &ThreadBlock, slot: usize, inclusive: b
         }
     }
 }
+
+/// `Tls::unwound`: an unwinder ran (fix up at the next event), or a backtrace walks now.
+const UNWOUND: usize = 1;
+const WALKING: usize = 2;
 
 /// Puts every original return address of this thread's shadow stack back, newest first (an
 /// unwinder is about to walk the stack). A slot that no longer holds the trampoline belongs to
@@ -749,7 +759,7 @@ unsafe fn trace_call(tls: &mut Tls, block: &ThreadBlock, slot: *mut usize, self_
     let slot_addr = slot as usize;
     let hijack = slot_addr > 1;
     if hijack {
-        if tls.unwound != 0 {
+        if tls.unwound == UNWOUND {
             after_unwinding(tls, block, slot_addr, false, ts);
         }
         // A tail call: the function that owned this very slot jumped here, leaving the
@@ -821,7 +831,7 @@ pub unsafe extern "C" fn instrfn_trace_exit_slow(tls: *mut Tls, slot: *mut usize
     // SAFETY: a thread that has shadow entries has its block.
     let block = unsafe { block.as_ref() };
     if let Some(block) = block {
-        if tls.unwound != 0 {
+        if tls.unwound == UNWOUND {
             after_unwinding(tls, block, slot_addr, false, ts);
         } else {
             close_gone(tls, block, slot_addr, false, ts);
@@ -859,7 +869,27 @@ extern "C" fn unwind_begin() {
     // SAFETY: this thread's TLS block.
     let tls = unsafe { &mut *arch::tls() };
     restore_return_addresses(tls);
-    tls.unwound = 1;
+    if tls.unwound != WALKING {
+        tls.unwound = UNWOUND;
+    }
+}
+
+/// Before a backtrace walks this thread's stack (src/interpose.c: _Unwind_Backtrace,
+/// backtrace): the original return addresses go back, and stay there until it is done (the
+/// walk's callbacks may make instrumented calls: those are traced, deeper than every walked
+/// frame, and leave the walked ones alone).
+extern "C" fn unwind_walk_begin() {
+    if !active() {
+        return;
+    }
+    // SAFETY: this thread's TLS block.
+    let tls = unsafe { &mut *arch::tls() };
+    if tls.unwound == WALKING {
+        return; // a walk inside a walk: the outer one restores
+    }
+    restore_return_addresses(tls);
+    tls.unwound = WALKING;
+    tls.walk_base = tls.shadow_top;
 }
 
 /// After an unwinder that only looked (a backtrace): every frame is still there; the exit
@@ -870,7 +900,7 @@ extern "C" fn unwind_looked() {
     }
     // SAFETY: this thread's TLS block.
     let tls = unsafe { &mut *arch::tls() };
-    if tls.unwound == 0 {
+    if tls.unwound != WALKING {
         return;
     }
     tls.unwound = 0;
@@ -885,10 +915,39 @@ extern "C" fn unwind_looked() {
     }
 }
 
+/// A catch handler starts (src/interpose.c, __cxa_begin_catch), in the function whose stack
+/// pointer is `boundary`: the frames below it are gone (closed now), the ones above are alive
+/// (the exit trampoline goes back into them).
+extern "C" fn unwind_caught(boundary: usize) {
+    if !active() {
+        return;
+    }
+    // SAFETY: this thread's TLS block.
+    let tls = unsafe { &mut *arch::tls() };
+    if tls.unwound != UNWOUND {
+        return;
+    }
+    // SAFETY: a thread with shadow entries has its block.
+    if let Some(block) = unsafe { tls.block.as_ref() } {
+        after_unwinding(tls, block, boundary, false, arch::counter());
+    }
+}
+
+guarded_entry! {
+    /// Called by the __cxa_begin_catch wrapper.
+    #[unsafe(no_mangle)]
+    pub fn instrfn_unwind_caught(boundary: usize) => unwind_caught
+}
+
 guarded_entry! {
     /// Called by the unwinder wrappers before the real unwinder runs.
     #[unsafe(no_mangle)]
     pub fn instrfn_unwind_begin() => unwind_begin
+}
+guarded_entry! {
+    /// Called by the backtrace wrappers before the real one runs.
+    #[unsafe(no_mangle)]
+    pub fn instrfn_unwind_walk_begin() => unwind_walk_begin
 }
 guarded_entry! {
     /// Called by the backtrace wrappers after the real one returned.
@@ -943,8 +1002,13 @@ pub fn after_fork(dir: &[u8]) {
     let limit = MAX_CHUNKS
         .load(Ordering::Relaxed)
         .saturating_mul(chunk as u64);
-    if start(dir, chunk, limit, DEPTH.load(Ordering::Relaxed))
-        && let Some(block) = unsafe { tls.block.as_ref() }
+    if start(
+        dir,
+        chunk,
+        limit,
+        DEPTH.load(Ordering::Relaxed),
+        HIJACK.load(Ordering::Relaxed),
+    ) && let Some(block) = unsafe { tls.block.as_ref() }
     {
         thread_line(block);
     }

@@ -1528,3 +1528,85 @@ fn trace_survives_longjmp_unwinding_and_tail_calls() {
     );
     assert_eq!(count_of(&handled, "exit", "work"), 3_000_000);
 }
+
+#[test]
+fn trace_survives_cpp_exceptions() {
+    // C++ throw through -pg frames with destructors (cleanup pads: _Unwind_Resume), caught,
+    // and a rethrow (_Unwind_Resume_or_Rethrow): the same output, every frame closed (the
+    // thrown-through ones as unwound, at the catch), the catching frames traced returning.
+    let dir = workdir("trace-cpp");
+    let exe = build_plain(&dir, "throw.cpp", &["-pg"], &[]);
+    let args = ["4", "6"];
+    let plain = run_ok(Command::new(&exe).args(args).current_dir(&dir));
+    assert_eq!(stdout_of(&plain), "caught 8\n");
+    let (out, trace) = record_trace(&exe, &args, &[], &dir);
+    assert_eq!(stdout_of(&out), stdout_of(&plain));
+    let counts = assert_balanced(&instrfn_dump(&trace)[0], "c++");
+    // thrower(6) is 7 frames, thrower(1) 2, per round
+    assert_eq!(
+        count_of(&counts, "unwound", "_Z7throwerm"),
+        4 * 9,
+        "{counts:?}"
+    );
+    assert_eq!(count_of(&counts, "exit", "_Z7catcherm"), 4, "{counts:?}");
+    assert_eq!(count_of(&counts, "exit", "main"), 1, "{counts:?}");
+}
+
+#[test]
+fn trace_survives_rust_panics_and_backtraces() {
+    // A Rust program linked with the runtime: panics caught by catch_unwind, resume_unwind
+    // (no panic hook runs), and std's Backtrace, all through instrumented frames. On glibc the
+    // unwinder is libgcc_s (wrapped): every frame closes, backtraces show the real callers. On
+    // musl the unwinder is linked into the program and cannot be wrapped: trace mode records
+    // entries only there (INSTRFN_EXITS off by default), and the program behaves as without it.
+    for triple in ["x86_64-unknown-linux-gnu", "x86_64-unknown-linux-musl"] {
+        let exe = build_instrumented_rust("rust-app", triple, "rust-app");
+        let dir = workdir(&format!("trace-rust-{triple}"));
+        let gnu = triple.ends_with("gnu");
+        for args in [
+            &["panic", "5", "4"][..],
+            &["resume", "5", "4"][..],
+            &["backtrace", "4"][..],
+        ] {
+            let context = format!("{triple} {}", args.join(" "));
+            let plain = run_ok(Command::new(&exe).args(args).current_dir(&dir));
+            let trace = dir.join("trace");
+            let _ = std::fs::remove_dir_all(&trace);
+            let t = trace.display().to_string();
+            let out = run_exe(
+                X86_64,
+                &exe,
+                args,
+                &[("INSTRFN_MODE", "trace"), ("INSTRFN_OUTPUT", &t)],
+                &dir,
+            );
+            assert_eq!(
+                stdout_of(&out),
+                stdout_of(&plain),
+                "{context}: the program's output"
+            );
+            let counts = assert_balanced(&instrfn_dump(&trace)[0], &context);
+            let dive = counts
+                .keys()
+                .find(|(_, n)| n.contains("rust_app4dive"))
+                .map(|(_, n)| n.clone())
+                .unwrap_or_else(|| panic!("{context}: no dive events: {counts:?}"));
+            let frames = if args[0] == "backtrace" { 5 } else { 25 };
+            if gnu {
+                let closed = if args[0] == "backtrace" {
+                    "exit"
+                } else {
+                    "unwound"
+                };
+                assert_eq!(count_of(&counts, "entry", &dive), frames, "{context}");
+                assert_eq!(count_of(&counts, closed, &dive), frames, "{context}");
+            } else {
+                assert_eq!(
+                    count_of(&counts, "entry-no-exit", &dive),
+                    frames,
+                    "{context}"
+                );
+            }
+        }
+    }
+}

@@ -141,6 +141,12 @@ mod shared {
         static instrfn_mode: AtomicU8;
     }
 
+    /// The mode the fast paths take: 0 gmon, 1 trace, 2 trace without exits.
+    pub fn mode() -> u8 {
+        // SAFETY: as in set_mode.
+        unsafe { &*core::ptr::addr_of!(instrfn_mode) }.load(Ordering::Relaxed)
+    }
+
     /// Sets the mode the fast paths take (start-up, before recording).
     pub fn set_mode(mode: u8) {
         // SAFETY: a static defined in the assembly, one byte, only accessed atomically.

@@ -51,3 +51,7 @@ pub fn set_mode(_mode: u8) {}
 pub fn replaceable(_ret: usize) -> bool {
     false
 }
+
+pub fn mode() -> u8 {
+    0
+}

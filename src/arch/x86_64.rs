@@ -16,6 +16,7 @@ trampoline_asm!("../../asm/x86_64.s", att_syntax;
     EV_SHIFT = const crate::trace::layout::EV_SHIFT,
     EV_ENTRY = const crate::trace::layout::EV_ENTRY,
     EV_EXIT = const crate::trace::layout::EV_EXIT,
+    EV_NOEXIT = const crate::trace::layout::EV_NOEXIT,
 );
 
 /// `naked_asm!` in AT&T syntax, like asm/x86_64.s.

@@ -604,6 +604,7 @@ pub fn expected_exports(fentry: bool, cyg: bool) -> Vec<&'static str> {
         "_Unwind_ForcedUnwind",
         "_Unwind_Backtrace",
         "backtrace",
+        "__cxa_begin_catch",
     ];
     if fentry {
         v.push("__fentry__");
