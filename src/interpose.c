@@ -13,7 +13,8 @@
  *                takes a pending SIGPROF and gives the INSTRFN_TREE entry for the next image
  *                (src/process.rs); the environment passed on carries it. After a failed exec:
  *                profiling goes on.
- *   posix_spawn* the child's environment carries the INSTRFN_TREE entry.
+ *   posix_spawn* the child's environment carries the INSTRFN_TREE entry (for exec* too), and
+ *                the INSTRFN_* settings of this process it does not set itself.
  *   dlclose      a library that is really unloaded gets its profile written, and its counts
  *                are kept apart from whatever is loaded at its address later.
  *   _Unwind_RaiseException, _Unwind_Resume, _Unwind_Resume_or_Rethrow, _Unwind_ForcedUnwind
@@ -103,13 +104,36 @@ static size_t count(char *const v[]) {
     return n;
 }
 
-/* out = envp without any INSTRFN_TREE entry, plus `marker` (if not empty), NULL-terminated;
- * out has room for count(envp) + 2 pointers. */
+/* Whether envp has a variable of the name `entry` (NAME=...) carries. */
+static int has_name(char *const envp[], const char *entry) {
+    size_t n = strcspn(entry, "=");
+    for (size_t i = 0; envp && envp[i]; i++)
+        if (strncmp(envp[i], entry, n) == 0 && envp[i][n] == '=') return 1;
+    return 0;
+}
+
+/* The INSTRFN_* settings of this process, which a child started with an environment of its
+ * own also gets (it records into the same trace, in the same mode), unless it sets them. */
+static size_t settings(void) {
+    size_t n = 0;
+    for (size_t i = 0; environ && environ[i]; i++)
+        if (strncmp(environ[i], "INSTRFN_", 8) == 0) n++;
+    return n;
+}
+
+/* out = envp without any INSTRFN_TREE entry, plus `marker` (if not empty), plus this
+ * process's INSTRFN_* settings envp lacks, NULL-terminated; out has room for count(envp) +
+ * settings() + 2 pointers. */
 static void with_marker(char **out, char *const envp[], char *marker) {
     size_t j = 0;
     for (size_t i = 0; envp && envp[i]; i++)
         if (strncmp(envp[i], TREE, sizeof TREE - 1) != 0) out[j++] = envp[i];
     if (marker[0]) out[j++] = marker;
+    if ((char *const *)environ != envp)
+        for (size_t i = 0; environ && environ[i]; i++)
+            if (strncmp(environ[i], "INSTRFN_", 8) == 0 &&
+                strncmp(environ[i], TREE, sizeof TREE - 1) != 0 && !has_name(envp, environ[i]))
+                out[j++] = environ[i];
     out[j] = NULL;
 }
 
@@ -119,7 +143,7 @@ static int run_exec(enum kind k, int fd, const char *path, char *const argv[],
                     char *const envp[], int flags) {
     char marker[MARKER_BYTES];
     instrfn_exec_prepare(marker, sizeof marker);
-    char *env[count(envp) + 2];
+    char *env[count(envp) + settings() + 2];
     with_marker(env, envp, marker);
     int r;
     switch (k) {
@@ -218,7 +242,7 @@ static int run_spawn(spawn_fn *real, pid_t *pid, const char *path,
     if (!real) return ENOSYS;
     char marker[MARKER_BYTES];
     instrfn_spawn_marker(marker, sizeof marker);
-    char *env[count(envp) + 2];
+    char *env[count(envp) + settings() + 2];
     with_marker(env, envp, marker);
     return real(pid, path, actions, attr, argv, env);
 }

@@ -47,6 +47,7 @@ pub mod layout {
     pub const EV_UNWOUND: usize = 3;
     pub const EV_LOST: usize = 4;
     pub const EV_NOEXIT: usize = 5;
+    pub const EV_THREAD: usize = 6;
 }
 use layout::*;
 
@@ -104,6 +105,9 @@ pub struct BlockTrace {
     lost: AtomicU64,
     /// The shadow stack mapping (reused by the next owner).
     shadow: AtomicUsize,
+    /// Where the previous owner stopped writing in `chunk`, and its end (0: start afresh).
+    pos: AtomicUsize,
+    end: AtomicUsize,
 }
 
 impl BlockTrace {
@@ -113,6 +117,8 @@ impl BlockTrace {
             seq: AtomicU64::new(0),
             lost: AtomicU64::new(0),
             shadow: AtomicUsize::new(0),
+            pos: AtomicUsize::new(0),
+            end: AtomicUsize::new(0),
         }
     }
 }
@@ -469,13 +475,24 @@ pub fn thread_started(tls: &mut Tls, block: &ThreadBlock) {
     } else {
         shadow + depth * SH_BYTES
     };
-    tls.trace_pos = 0;
-    tls.trace_end = 0;
+    // Where the block's previous owner stopped, if it had a chunk: this thread goes on there,
+    // after a thread event naming it.
+    tls.trace_pos = t.pos.swap(0, Ordering::Relaxed);
+    tls.trace_end = t.end.swap(0, Ordering::Relaxed);
     tls.unwound = 0;
     let (lo, hi) = alt_stack();
     tls.alt_lo = lo;
     tls.alt_hi = hi;
     thread_line(block);
+    if tls.trace_end != 0 {
+        event(
+            tls,
+            block,
+            EV_THREAD,
+            sys::gettid() as usize,
+            arch::counter(),
+        );
+    }
 }
 
 /// The `thread` line of `block`'s current owner: slot, tid, name.
@@ -519,19 +536,12 @@ pub fn thread_ended(tls: &mut Tls, block: &ThreadBlock) {
     }
     flush_lost(tls, block);
     thread_line(block);
-    let t = &block.trace;
-    let chunk = t.chunk.swap(0, Ordering::Relaxed);
-    if chunk != 0 {
-        // SAFETY: this thread's own chunk mapping, no longer written (pos/end cleared first).
-        tls.trace_pos = 0;
-        tls.trace_end = 0;
-        unsafe {
-            libc::munmap(
-                chunk as *mut libc::c_void,
-                CHUNK_BYTES.load(Ordering::Relaxed),
-            )
-        };
-    }
+    // The chunk stays with the block: the next thread to take it writes on after a thread
+    // event, so many short threads fill chunks instead of each taking one.
+    block.trace.pos.store(tls.trace_pos, Ordering::Relaxed);
+    block.trace.end.store(tls.trace_end, Ordering::Relaxed);
+    tls.trace_pos = 0;
+    tls.trace_end = 0;
 }
 
 /// Reports this thread's lost events in the meta file.
@@ -992,6 +1002,8 @@ pub fn after_fork(dir: &[u8]) {
         // The parent's chunk mappings are shared with the parent: never write them here.
         block.trace.chunk.store(0, Ordering::Relaxed);
         block.trace.seq.store(0, Ordering::Relaxed);
+        block.trace.pos.store(0, Ordering::Relaxed);
+        block.trace.end.store(0, Ordering::Relaxed);
     }
     // SAFETY: this thread's TLS block (the only thread).
     let tls = unsafe { &mut *arch::tls() };

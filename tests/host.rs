@@ -1610,3 +1610,181 @@ fn trace_survives_rust_panics_and_backtraces() {
         }
     }
 }
+
+/// Compiles a C fixture with -O2 -pg (and `extra`), linked without -pg (to run preloaded).
+fn build_pg(dir: &Path, src: &str) -> PathBuf {
+    build_plain(dir, src, &["-pg"], &["-lpthread"])
+}
+
+#[test]
+fn trace_survives_sigkill() {
+    // What was recorded before SIGKILL is in the trace: every call the program saw return
+    // before the kill (it says so on stdout) is there, entry and exit, and the trace reads
+    // (the process is marked as not ended).
+    let dir = workdir("trace-kill");
+    let exe = build_pg(&dir, "calltree.c");
+    let trace = dir.join("trace");
+    let mut child = Command::new(instrfn_cli())
+        .args(["record", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&exe)
+        .arg("spin")
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    while !seen.contains("done 300000\n") {
+        use std::io::Read;
+        let n = out.read(&mut buf).unwrap();
+        assert!(n > 0, "the program stopped early: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    // Kill the traced program itself (instrfn record's child).
+    let pid = std::fs::read_dir(&trace)
+        .unwrap()
+        .flatten()
+        .find_map(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .strip_suffix(".1.meta")
+                .map(String::from)
+        })
+        .unwrap();
+    run_ok(Command::new("kill").args(["-KILL", &pid]));
+    let status = child.wait().unwrap();
+    assert!(!status.success());
+    let reported: u64 = seen
+        .lines()
+        .filter_map(|l| l.strip_prefix("done ")?.parse().ok())
+        .max()
+        .unwrap();
+    let procs = instrfn_dump(&trace);
+    assert!(
+        procs[0].header.contains("[did not exit normally]"),
+        "{}",
+        procs[0].header
+    );
+    let events = &procs[0].threads.values().next().unwrap();
+    let exits = events
+        .iter()
+        .filter(|e| e.kind == "exit" && e.name == "a")
+        .count() as u64;
+    assert!(
+        exits >= reported,
+        "{exits} exits of a() in the trace, {reported} returned"
+    );
+}
+
+#[test]
+fn trace_losses_are_counted_exactly() {
+    // A trace limit far below what the program makes: recorded + lost = made, exactly, and
+    // the losses are said (stderr, meta file, loss markers).
+    let dir = workdir("trace-limit");
+    let exe = build_pg(&dir, "calltree.c");
+    const T: u64 = 2;
+    const K: u64 = 2000;
+    let made = 2 + T * (2 + 10 * K);
+    let env = [("INSTRFN_BUFSIZE", "4K"), ("INSTRFN_TRACE_LIMIT", "64K")];
+    let (out, _trace) = record_trace(&exe, &["2", "2000"], &env, &dir);
+    let err = stderr_of(&out);
+    let summary = err.lines().last().unwrap();
+    let number = |label: &str| -> u64 {
+        summary
+            .split(", ")
+            .find_map(|part| {
+                part.strip_suffix(label)?
+                    .trim()
+                    .rsplit(' ')
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no {label} in {summary}"))
+    };
+    let (recorded, lost) = (number(" events"), number(" lost"));
+    assert!(lost > 0 && recorded > 0, "{summary}");
+    assert_eq!(recorded + lost, made, "{summary}");
+    assert!(err.contains("INSTRFN_TRACE_LIMIT"), "{err}");
+}
+
+#[test]
+fn trace_process_trees_and_many_threads() {
+    // Every process of a tree records into the same directory, each image its own files;
+    // thousands of short threads use a bounded number of files and chunks.
+    let preload = preload_path();
+    let dir = workdir("trace-tree");
+    let exe = build_c(&dir, "tree.c", &[], Link::Preload);
+    let _ = preload;
+    let (out, trace) = record_trace(&exe, &["spawn", "100", "own"], &[], &dir);
+    assert!(
+        stderr_of(&out).contains(", 2 processes,"),
+        "{}",
+        stderr_of(&out)
+    );
+    let procs = instrfn_dump(&trace);
+    let work = |p: &DumpProcess, f: &str| {
+        p.threads
+            .values()
+            .flatten()
+            .filter(|e| e.kind == "exit" && e.name == f)
+            .count()
+    };
+    assert_eq!(
+        (work(&procs[0], "work_a"), work(&procs[1], "work_b")),
+        (100, 200)
+    );
+    let (out, trace) = record_trace(&exe, &["reexec", "100", "2"], &[], &dir);
+    assert!(
+        stderr_of(&out).contains(", 3 processes,"),
+        "{}",
+        stderr_of(&out)
+    );
+    let procs = instrfn_dump(&trace);
+    assert!(procs.iter().all(|p| work(p, "work_a") == 100));
+    let images: Vec<String> = procs
+        .iter()
+        .map(|p| p.header.split_whitespace().nth(3).unwrap().to_string())
+        .collect();
+    assert_eq!(images, ["1", "2", "3"]);
+
+    // 4000 threads, 8 at a time: 2 files, and chunks shared by the threads of a block.
+    let churn = build_c(&dir, "scenarios.c", &[], Link::Preload);
+    let (out, trace) = record_trace(&churn, &["churn", "4000", "50"], &[], &dir);
+    assert!(stderr_of(&out).contains("instrfn: "), "{}", stderr_of(&out));
+    let files = std::fs::read_dir(&trace).unwrap().count();
+    assert_eq!(files, 2);
+    let events = std::fs::metadata(
+        std::fs::read_dir(&trace)
+            .unwrap()
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().ends_with(".events"))
+            .unwrap()
+            .path(),
+    )
+    .unwrap()
+    .len();
+    // Chunks are handed on with thread blocks (9 of them): the file holds the events plus at
+    // most one partly filled chunk per block, not a chunk per thread.
+    let data = 16 * 4000 * (2 + 2 * 50 + 1);
+    assert!(
+        events <= data + 9 * (1 << 20),
+        "{events} bytes of events for 4000 threads"
+    );
+    let procs = instrfn_dump(&trace);
+    assert_eq!(procs[0].threads.len(), 4001, "threads in the trace");
+    let calls: usize = procs[0]
+        .threads
+        .values()
+        .map(|e| {
+            e.iter()
+                .filter(|e| e.kind == "exit" && e.name == "work_a")
+                .count()
+        })
+        .sum();
+    assert_eq!(calls, 4000 * 50);
+}

@@ -195,7 +195,10 @@ fn summary(output: &Path, mode: Mode, cmd: &std::ffi::OsStr) {
                 let mut bytes = 0u64;
                 for p in &trace.processes {
                     for slot in p.slots() {
-                        events += p.events(slot).filter(|e| e.is_ok()).count() as u64;
+                        events += p
+                            .events(slot)
+                            .filter(|e| e.as_ref().is_ok_and(|e| e.kind != Kind::Thread))
+                            .count() as u64;
                     }
                     threads += p
                         .threads
@@ -261,6 +264,9 @@ fn dump(dir: &Path, raw: bool) -> Result<ExitCode, String> {
                     write(format!("    tid {tid}"))?;
                 }
                 let ns = p.clock.ns(e.ts) - p.clock.ns(t0);
+                if e.kind == Kind::Thread {
+                    continue;
+                }
                 let what = match e.kind {
                     Kind::Lost => format!("{} events", e.value),
                     _ => match symbols.as_ref().and_then(|s| s.name(e.value)) {

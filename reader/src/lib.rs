@@ -52,6 +52,8 @@ pub enum Kind {
     /// A function was entered, and its exit will not be recorded (shadow stack full, or
     /// return addresses could not be replaced).
     EntryNoExit,
+    /// Another thread (tid = `value`) took over the slot here: the events after it are its.
+    Thread,
 }
 
 impl Kind {
@@ -62,6 +64,7 @@ impl Kind {
             3 => Kind::Unwound,
             4 => Kind::Lost,
             5 => Kind::EntryNoExit,
+            6 => Kind::Thread,
             _ => return None,
         })
     }
@@ -74,6 +77,7 @@ impl Kind {
             Kind::Unwound => "unwound",
             Kind::Lost => "lost",
             Kind::EntryNoExit => "entry-no-exit",
+            Kind::Thread => "thread",
         }
     }
 }
@@ -575,6 +579,9 @@ impl Iterator for Events<'_> {
                 continue;
             }
             self.pos += EVENT_BYTES;
+            if tag & 15 == 6 {
+                self.tid = (tag >> 4) as u32;
+            }
             return Some(match Kind::from_bits(tag & 15) {
                 Some(kind) => Ok(Event {
                     ts,
