@@ -288,6 +288,98 @@ fn registers_survive_every_path() {
 }
 
 #[test]
+fn trace_registers_survive_entry_and_exit() {
+    // Trace mode replaces the instrumented function's return address: every register must
+    // survive the entry trampoline and the exit trampoline the function then returns through,
+    // on each of their paths: first event (chunk claimed in the slow path), fast paths, chunk
+    // refills at entry and at exit (4 KiB chunks), the limit reached (every later event lost
+    // in the slow path), entries only (INSTRFN_EXITS=0), new threads, guard held, stopped.
+    let dir = workdir("regs-trace-x86_64");
+    let driver = fixture("regs/driver.c");
+    let harness = fixture("regs/x86_64.S");
+    let lib = runtime_lib(X86_64, Lib::Static);
+    let shared_dir = runtime_lib(X86_64, Lib::Shared)
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let st = cc(
+        X86_64,
+        &[
+            driver.as_os_str(),
+            harness.as_os_str(),
+            lib.as_os_str(),
+            OsStr::new("-lpthread"),
+            OsStr::new("-ldl"),
+        ],
+        &dir.join("regs-static"),
+    );
+    let rpath = format!("-Wl,-rpath,{}", shared_dir.display());
+    let libdir = format!("-L{}", shared_dir.display());
+    let dy = cc(
+        X86_64,
+        &[
+            driver.as_os_str(),
+            harness.as_os_str(),
+            OsStr::new(&libdir),
+            OsStr::new("-linstrfn"),
+            OsStr::new(&rpath),
+            OsStr::new("-Wl,-z,now"),
+            OsStr::new("-lpthread"),
+        ],
+        &dir.join("regs-dynamic"),
+    );
+    // Recorded calls: all but the 2 while stopped and (static only) the 2 with the guard held.
+    const RECORDED: u64 = 10008;
+    for exe in [&st, &dy] {
+        for (kind, func) in [("2", "traced_mcount"), ("3", "traced_fentry")] {
+            for setting in [
+                ("INSTRFN_BUFSIZE", "1048576"),
+                ("INSTRFN_BUFSIZE", "4096"),
+                ("INSTRFN_TRACE_LIMIT", "100000"),
+                ("INSTRFN_EXITS", "0"),
+            ] {
+                let out_dir = dir.join("trace");
+                let _ = std::fs::remove_dir_all(&out_dir);
+                let env = [
+                    ("INSTRFN_MODE", "trace"),
+                    ("INSTRFN_OUTPUT", out_dir.to_str().unwrap()),
+                    setting,
+                ];
+                let out = run_exe(X86_64, exe, &[kind], &env, &dir);
+                let context = format!("{} kind {kind} {}={}", exe.display(), setting.0, setting.1);
+                let expect = if exe == &st { "ok 10012" } else { "ok 10010" };
+                assert_eq!(
+                    stdout_of(&out).trim(),
+                    expect,
+                    "{context}: {}",
+                    stderr_of(&out)
+                );
+                let procs = instrfn_dump(&out_dir);
+                assert_eq!(procs.len(), 1, "{context}");
+                let counts = assert_balanced(&procs[0], &context);
+                let (entries, exits, noexit) = (
+                    count_of(&counts, "entry", func),
+                    count_of(&counts, "exit", func),
+                    count_of(&counts, "entry-no-exit", func),
+                );
+                let lost = procs[0].lost;
+                match setting {
+                    ("INSTRFN_EXITS", _) => {
+                        assert_eq!((entries, noexit, lost), (0, RECORDED, 0), "{context}")
+                    }
+                    ("INSTRFN_TRACE_LIMIT", _) => {
+                        assert_eq!(entries, exits, "{context}");
+                        assert!(lost > 0, "{context}: nothing lost");
+                        assert_eq!(entries + exits + lost, 2 * RECORDED, "{context}");
+                    }
+                    _ => assert_eq!((entries, exits, lost), (RECORDED, RECORDED, 0), "{context}"),
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn the_harness_catches_a_clobbering_trampoline() {
     // A test that cannot fail proves nothing: link the same harness against trampolines that
     // clobber one register each and see it named.
@@ -327,6 +419,51 @@ fn the_harness_catches_a_clobbering_trampoline() {
         "r11: {}",
         stderr_of(&out)
     );
+    // The return path (kinds 2 and 3): trampolines that replace the return address as trace
+    // mode does, with exit stubs that clobber rdx (a return register) and st(0) (the x87
+    // return register).
+    let fake = dir.join("fake-exit.S");
+    std::fs::write(
+        &fake,
+        ".globl mcount, __fentry__, instrfn_start, instrfn_stop, instrfn_debug_call_guarded\n\
+         mcount: pushq %rax\n movq 8(%rbp), %rax\n movq %rax, orig(%rip)\n\
+         leaq exit_rdx(%rip), %rax\n movq %rax, 8(%rbp)\n popq %rax\n ret\n\
+         exit_rdx: xorl %edx, %edx\n jmp *orig(%rip)\n\
+         __fentry__: pushq %rax\n movq 16(%rsp), %rax\n movq %rax, orig(%rip)\n\
+         leaq exit_st0(%rip), %rax\n movq %rax, 16(%rsp)\n popq %rax\n ret\n\
+         exit_st0: fstp %st(0)\n fld1\n jmp *orig(%rip)\n\
+         instrfn_start: ret\ninstrfn_stop: ret\n\
+         instrfn_debug_call_guarded: movq %rdi, %rax\n movq %rsi, %rdi\n jmp *%rax\n\
+         .data\norig: .quad 0\n.section .note.GNU-stack,\"\",@progbits\n",
+    )
+    .unwrap();
+    let exe = cc(
+        X86_64,
+        &[
+            driver.as_os_str(),
+            harness.as_os_str(),
+            fake.as_os_str(),
+            OsStr::new("-lpthread"),
+        ],
+        &dir.join("regs-fake-exit"),
+    );
+    for (kind, message) in [
+        ("2", "register #3 clobbered by the return"),
+        ("3", "register #80 clobbered by the return"),
+    ] {
+        let out = run(&mut command(X86_64, &exe, &[kind], &[], &dir));
+        assert!(!out.status.success(), "kind {kind}");
+        assert!(
+            stderr_of(&out).contains(message),
+            "kind {kind}, {message}: {}",
+            stderr_of(&out)
+        );
+        assert!(
+            !stderr_of(&out).contains("clobbered\n"),
+            "kind {kind}: the entry was intact: {}",
+            stderr_of(&out)
+        );
+    }
 }
 
 #[test]

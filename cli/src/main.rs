@@ -254,7 +254,16 @@ fn dump(dir: &Path, raw: bool) -> Result<ExitCode, String> {
                 .threads_of(slot)
                 .map(|t| format!("{} {}", t.tid, t.name))
                 .collect();
-            write(format!("  thread slot {slot}: {}", names.join(", ")))?;
+            let lost = p.lost.get(&slot).copied().unwrap_or(0);
+            write(format!(
+                "  thread slot {slot}: {}{}",
+                names.join(", "),
+                if lost > 0 {
+                    format!("; {lost} events lost")
+                } else {
+                    String::new()
+                }
+            ))?;
             let mut events = p.events(slot);
             let mut tid = 0;
             while let Some(e) = events.next() {

@@ -474,9 +474,16 @@ impl Process {
         Ok(())
     }
 
-    /// The slots that have events.
+    /// The thread slots that appear in the trace (with events, thread lines or losses).
     pub fn slots(&self) -> Vec<u32> {
-        let mut s: Vec<u32> = self.chunks.iter().map(|c| c.slot).collect();
+        let mut s: Vec<u32> = self
+            .chunks
+            .iter()
+            .map(|c| c.slot)
+            .chain(self.threads.iter().map(|t| t.slot))
+            .chain(self.lost.keys().copied())
+            .collect();
+        s.sort_unstable();
         s.dedup();
         s
     }

@@ -653,6 +653,8 @@ pub struct DumpEvent {
 pub struct DumpProcess {
     pub header: String,
     pub threads: BTreeMap<u32, Vec<DumpEvent>>,
+    /// Events lost, all threads together (the `; N events lost` of the slot lines).
+    pub lost: u64,
 }
 
 /// Runs `instrfn dump DIR` and parses it (every process, in order).
@@ -671,6 +673,13 @@ pub fn instrfn_dump(dir: &Path) -> Vec<DumpProcess> {
         } else if let Some(rest) = t.strip_prefix("tid ") {
             tid = rest.trim().parse().unwrap();
         } else if t.starts_with("thread slot") {
+            if let Some(n) = t
+                .strip_suffix(" events lost")
+                .and_then(|r| r.rsplit("; ").next())
+            {
+                procs.last_mut().expect("a slot before any process").lost +=
+                    n.parse::<u64>().unwrap();
+            }
         } else {
             let mut w = t.split_whitespace();
             let ns: f64 = w
