@@ -14,9 +14,26 @@ also shows how many calls each runtime lost. Peak RSS is the child's ru_maxrss.
 Optional anchors, same workload: --uftrace (uftrace record of the glibc-free -pg binary) and
 --xray (clang -fxray-instrument with compiler-rt's FDR mode).
 
+--trace adds a second table, trace mode (every call an entry and an exit event), at
+--trace-iterations (fewer: each call writes 32 bytes), all in the same run:
+  plain    as above
+  floor    the -pg objects linked with scripts/bench/floor-mcount.S, an mcount that only reads
+           the time stamp counter twice: what any tracer that times calls must at least pay
+  instrfn  LD_PRELOAD=libinstrfn.so INSTRFN_MODE=trace; events counted back with
+           `instrfn dump --summary`, bytes per event from the events files
+  uftrace  `uftrace record --no-libcall` of the same binary; calls counted with `uftrace report`
+  xray     clang -fxray-instrument with compiler-rt's FDR mode selected and initialised
+           explicitly (scripts/bench/xray-fdr.c), XRAY_FDR_OPTIONS=func_duration_threshold_us=0
+           and buffers for every record, so that it records every call as instrfn does; calls
+           counted with `llvm-xray account`
+Ratios: instrfn's ns/call over the floor's and over uftrace's. "cpu s" is the user + system time
+of the whole run (instrfn has no collector: the threads write their own chunks; uftrace's
+recorder and XRay's flush at exit are in theirs). "+RSS" is peak RSS over plain's.
+
 "ns/call" is the time one call adds on its thread: (t - plain) * min(T, CPUs) / calls.
 
 Usage: scripts/compare.py [--threads 1,2] [--iterations N] [--runs 3] [--uftrace] [--xray]
+                          [--trace [--trace-iterations N]]
 """
 
 import argparse
@@ -28,9 +45,14 @@ import sys
 import tempfile
 import time
 
+LLVM_XRAY = shutil.which("llvm-xray") or "/usr/lib/llvm-14/bin/llvm-xray"
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE = os.path.join(ROOT, "tests", "fixtures", "c", "threads.c")
 PRELOAD = os.path.join(ROOT, "target", "release", "libinstrfn.so")
+INSTRFN = os.path.join(ROOT, "target", "release", "instrfn")
+FLOOR = os.path.join(ROOT, "scripts", "bench", "floor-mcount.S")
+XRAY_FDR = os.path.join(ROOT, "scripts", "bench", "xray-fdr.c")
 
 
 def die(msg):
@@ -50,8 +72,9 @@ def sh(args, **kw):
     return r.stdout
 
 
-def timed(args, cwd, env=None):
-    """Runs args under GNU time; returns (wall seconds, peak RSS in KiB).
+def timed(args, cwd, env=None, cpu=None):
+    """Runs args under GNU time; returns (wall seconds, peak RSS in KiB), and appends the
+    user + system seconds to the list cpu if given.
 
     The RSS comes from GNU time (a small C parent), not from this Python process: a child
     forked from Python starts with Python's RSS as its high-water mark."""
@@ -59,13 +82,16 @@ def timed(args, cwd, env=None):
     full_env.update(env or {})
     rss_file = os.path.join(cwd, ".rss")
     start = time.perf_counter()
-    r = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss_file] + args, cwd=cwd,
+    r = subprocess.run(["/usr/bin/time", "-f", "%U %S %M", "-o", rss_file] + args, cwd=cwd,
                        env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - start
     if r.returncode != 0:
         die(f"{' '.join(args)} failed: {r.stderr}")
     with open(rss_file) as f:
-        rss = int(f.read().split()[-1])
+        fields = f.read().split()
+    rss = int(fields[-1])
+    if cpu is not None:
+        cpu.append(float(fields[-3]) + float(fields[-2]))
     return wall, rss
 
 
@@ -95,6 +121,8 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--uftrace", action="store_true")
     ap.add_argument("--xray", action="store_true")
+    ap.add_argument("--trace", action="store_true")
+    ap.add_argument("--trace-iterations", type=int, default=2_000_000)
     a = ap.parse_args()
     for tool in ["gcc", "gprof", "/usr/bin/time"]:
         need(tool)
@@ -107,13 +135,22 @@ def main():
     sh(["gcc", "-O2", "-pg", "-c", SOURCE, "-o", os.path.join(work, "threads.o")])
     sh(["gcc", "-pg", os.path.join(work, "threads.o"), "-o", exe["glibc"], "-lpthread"])
     sh(["gcc", os.path.join(work, "threads.o"), "-o", exe["instrfn"], "-lpthread"])
-    if a.xray:
+    if a.xray or a.trace:
         need("clang")
         exe["xray"] = os.path.join(work, "xray")
-        sh(["clang", "-O2", "-fxray-instrument", "-fxray-instruction-threshold=1", SOURCE,
-            "-o", exe["xray"], "-lpthread"])
-    if a.uftrace:
+        sh(["clang", "-O2", "-Wno-unknown-attributes", "-fxray-instrument",
+            "-fxray-instruction-threshold=1", SOURCE, "-o", exe["xray"], "-lpthread"])
+    if a.uftrace or a.trace:
         need("uftrace")
+    if a.trace:
+        need(INSTRFN)
+        need(LLVM_XRAY)
+        exe["floor"] = os.path.join(work, "floor")
+        sh(["gcc", os.path.join(work, "threads.o"), FLOOR, "-o", exe["floor"], "-lpthread"])
+        exe["xray-fdr"] = os.path.join(work, "xray-fdr")
+        sh(["clang", "-O2", "-Wno-unknown-attributes", "-fxray-instrument",
+            "-fxray-instruction-threshold=1", SOURCE, XRAY_FDR, "-o", exe["xray-fdr"],
+            "-lpthread"])
 
     print(f"workload: T threads x {a.iterations} iterations x 2 instrumented calls; "
           f"best of {a.runs}; {os.cpu_count()} CPUs")
@@ -160,7 +197,114 @@ def main():
               f"{rss['instrfn'] - rss['plain']:>9} {per_call(best['glibc']):>13.1f} "
               f"{per_call(best['instrfn']):>15.1f}{extra}")
         sys.stdout.flush()
+    if a.trace:
+        trace_table(a, work, exe)
     shutil.rmtree(work)
+
+
+def fresh(d):
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    return d
+
+
+def trace_table(a, work, exe):
+    n = a.trace_iterations
+    print()
+    print(f"trace mode: T threads x {n} iterations x 2 instrumented calls; best of {a.runs}")
+    print(f"{'T':>2} {'':>8} {'ns/call':>8} {'calls':>10} {'expected':>10} {'B/event':>8} "
+          f"{'cpu s':>6} {'+RSS KiB':>9}")
+    for t in [int(x) for x in a.threads.split(",")]:
+        args = [str(t), str(n)]
+        calls = 2 * t * n
+        rows = {}
+        for name in ["plain", "floor", "instrfn", "uftrace", "xray"]:
+            best, rss, cpu, counted, per_event = None, 0, [], None, None
+            for _ in range(a.runs):
+                d = fresh(os.path.join(work, f"trace-{name}"))
+                if name == "plain" or name == "floor":
+                    cmd, env = [exe[name]] + args, {}
+                elif name == "instrfn":
+                    cmd = [exe["instrfn"]] + args
+                    env = {"LD_PRELOAD": PRELOAD, "INSTRFN_MODE": "trace",
+                           "INSTRFN_OUTPUT": os.path.join(d, "trace")}
+                elif name == "uftrace":
+                    cmd = ["uftrace", "record", "--no-libcall", "-d", os.path.join(d, "data"),
+                           exe["instrfn"]] + args
+                    env = {}
+                else:
+                    cmd = [exe["xray-fdr"]] + args
+                    # Buffers for every record (FDR keeps only the newest buffer_max buffers).
+                    env = {"XRAY_OPTIONS": "verbosity=0",
+                           "XRAY_FDR_OPTIONS": "func_duration_threshold_us=0 "
+                           f"buffer_size=1048576 buffer_max={max(64, 48 * calls >> 20)}"}
+                c = []
+                w, r = timed(cmd, d, env, c)
+                if best is None or w < best:
+                    best, cpu = w, c
+                rss = max(rss, r)
+            # Counted from the last run's output.
+            if name == "instrfn":
+                counted, per_event = instrfn_counted(os.path.join(d, "trace"), t)
+            elif name == "uftrace":
+                counted = uftrace_counted(os.path.join(d, "data"))
+            elif name == "xray":
+                counted = xray_counted(exe["xray-fdr"], d)
+            rows[name] = (best, rss, cpu[0], counted, per_event)
+        plain = rows["plain"][0]
+        ns = {k: 1e9 * (v[0] - plain) * min(t, os.cpu_count()) / calls for k, v in rows.items()}
+        for name, (w, rss, cpu, counted, per_event) in rows.items():
+            print(f"{t:>2} {name:>8} {ns[name]:>8.1f} "
+                  f"{'' if counted is None else counted:>10} "
+                  f"{'' if counted is None else calls:>10} "
+                  f"{'' if per_event is None else format(per_event, '.1f'):>8} "
+                  f"{cpu:>6.2f} {rss - rows['plain'][1]:>9}")
+        print(f"{t:>2} ratios: instrfn/floor {ns['instrfn'] / ns['floor']:.2f}, "
+              f"instrfn/uftrace {ns['instrfn'] / ns['uftrace']:.2f}, "
+              f"instrfn/xray-fdr {ns['instrfn'] / ns['xray']:.2f}")
+        sys.stdout.flush()
+
+
+def instrfn_counted(trace, t):
+    """Calls of work_a and work_b recorded, from the summary line's events (an entry and an exit
+    per call, main and the T workers' own included), and bytes per event."""
+    line = sh([INSTRFN, "dump", "--summary", trace])
+    m = re.search(r"(\d+) events, .* (\d+) lost", line)
+    if not m:
+        die(f"unexpected summary: {line}")
+    events = int(m.group(1))
+    size = sum(os.path.getsize(os.path.join(trace, f)) for f in os.listdir(trace)
+               if f.endswith(".events"))
+    return events // 2 - 1 - t, size / events
+
+
+def uftrace_counted(data):
+    out = sh(["uftrace", "report", "-d", data, "-f", "call", "--no-pager"])
+    total = 0
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) == 2 and f[1] in ("work_a", "work_b"):
+            total += int(f[0])
+    return total
+
+
+def xray_counted(binary, d):
+    logs = [f for f in os.listdir(d) if f.startswith("xray-log.")]
+    if len(logs) != 1:
+        die(f"expected one XRay log in {d}, found {logs}")
+    # -k: go on past the first record, an exit without its entry (the log begins inside a
+    # call); llvm-xray then says so on stderr for each thread.
+    r = subprocess.run([LLVM_XRAY, "account", "-k", "-format=csv", f"-instr_map={binary}",
+                        os.path.join(d, logs[0])], capture_output=True, text=True)
+    if r.returncode != 0:
+        die(f"llvm-xray account failed: {r.stderr[-500:]}")
+    out = r.stdout
+    total = 0
+    for line in out.splitlines():
+        f = line.split(",")
+        if len(f) >= 10 and f[-1].strip('"') in ("work_a", "work_b"):
+            total += int(f[1])
+    return total
 
 
 if __name__ == "__main__":

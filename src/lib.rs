@@ -28,6 +28,7 @@ mod sys;
 #[macro_use]
 mod arch;
 mod arcs;
+mod collector;
 mod config;
 mod crash;
 mod gmon;

@@ -195,6 +195,7 @@ fn start_tracing(config: &Config) -> bool {
         message!("INSTRFN_MODE=trace is not available on this architecture yet; writing gmon.out");
         return false;
     }
+    crate::collector::configure(config.collector);
     let ok = crate::trace::start(
         config.output(),
         config.bufsize,
@@ -619,7 +620,11 @@ extern "C" fn module_closing(bias: usize, path: *const core::ffi::c_char, state:
         _ => None,
     };
     if found.is_some() {
-        gmon::prepare_unload();
+        if crate::trace::active() {
+            crate::trace::note_modules();
+        } else {
+            gmon::prepare_unload();
+        }
     }
     // SAFETY: the caller's buffer holds MODULE_STATE_BYTES bytes, 8-aligned (src/interpose.c).
     unsafe {

@@ -74,6 +74,9 @@ struct Session {
     /// Set once the file could not grow any more (or the limit was reached): events are
     /// counted as lost from then on.
     full: AtomicBool,
+    /// Why: 0 for INSTRFN_TRACE_LIMIT, else the errno; and whether that was said.
+    full_reason: AtomicI32,
+    full_said: AtomicBool,
 }
 
 static SESSION: Session = Session {
@@ -81,6 +84,8 @@ static SESSION: Session = Session {
     meta_fd: AtomicI32::new(-1),
     chunks: AtomicU64::new(0),
     full: AtomicBool::new(false),
+    full_reason: AtomicI32::new(0),
+    full_said: AtomicBool::new(false),
 };
 /// Chunk size (INSTRFN_BUFSIZE) and the most chunks the file may hold (INSTRFN_TRACE_LIMIT).
 static CHUNK_BYTES: AtomicUsize = AtomicUsize::new(1 << 20);
@@ -97,8 +102,12 @@ static NOEXIT: AtomicU64 = AtomicU64::new(0);
 /// What one thread's block holds for tracing. Written by the owner (its slow path), read by
 /// the exit writer.
 pub struct BlockTrace {
-    /// The chunk being filled (mapped), and its index in the file.
+    /// The chunk being filled (mapped).
     chunk: AtomicUsize,
+    /// The chunk filled before it, still mapped: a fast path that a signal handler
+    /// interrupted between reserving its event and writing it may still write there (the
+    /// handler's events then took the next chunk). It is unmapped at the next switch.
+    prev: AtomicUsize,
     /// The next sequence number of this slot's chunks.
     seq: AtomicU64,
     /// Events lost on this slot in total (for the meta file).
@@ -114,6 +123,7 @@ impl BlockTrace {
     pub const fn new() -> BlockTrace {
         BlockTrace {
             chunk: AtomicUsize::new(0),
+            prev: AtomicUsize::new(0),
             seq: AtomicU64::new(0),
             lost: AtomicU64::new(0),
             shadow: AtomicUsize::new(0),
@@ -196,6 +206,7 @@ pub fn start(dir: &[u8], chunk_bytes: usize, limit: u64, depth: usize, exits: bo
     }
     write_header();
     SESSION.events_fd.store(events, Ordering::Release);
+    crate::collector::start();
     true
 }
 
@@ -251,9 +262,32 @@ fn write_header() {
         "clock {} {counter:#x} {mono} {real}",
         arch::CLOCK_NAME
     ));
-    crate::modules::for_each_shared_object(|m| module_line(m));
-    let exe = crate::modules::Module::executable();
-    module_line(&exe);
+    note_modules();
+}
+
+/// Objects that have a `module` line, by their lowest code address (0: free).
+static KNOWN: [AtomicUsize; 1024] = [const { AtomicUsize::new(0) }; 1024];
+
+/// Writes a `module` line for each loaded object that has none yet: every object at start, and
+/// later (at exit, exec and before each dlclose) the ones `dlopen` loaded meanwhile. (The
+/// loader calls no hook of ours when it loads an object, and wrapping dlopen would make
+/// libinstrfn the caller whose RUNPATH the loader searches.)
+pub fn note_modules() {
+    let note = |m: &crate::modules::Module| {
+        let Some(lo) = m.segments().iter().map(|s| s.start).min() else {
+            return;
+        };
+        for k in &KNOWN {
+            match k.compare_exchange(0, lo, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(v) if v == lo => return,
+                Err(_) => {}
+            }
+        }
+        module_line(m);
+    };
+    crate::modules::for_each_shared_object(note);
+    note(&crate::modules::Module::executable());
 }
 
 /// A `module` line for one loaded object.
@@ -300,6 +334,7 @@ fn write_exe_line() {
     }
     line.push(b" ");
     line.push(id.as_bytes());
+    // SAFETY: libc::stat is plain data; all zero is a valid value.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
     // SAFETY: a valid path and stat buffer.
     let ok = unsafe { libc::stat(c"/proc/self/exe".as_ptr(), &mut st) } == 0;
@@ -537,7 +572,12 @@ pub fn thread_ended(tls: &mut Tls, block: &ThreadBlock) {
     flush_lost(tls, block);
     thread_line(block);
     // The chunk stays with the block: the next thread to take it writes on after a thread
-    // event, so many short threads fill chunks instead of each taking one.
+    // event, so many short threads fill chunks instead of each taking one. The one before goes
+    // (this thread is gone, so no event of it can still be on its way there).
+    let prev = block.trace.prev.swap(0, Ordering::Relaxed);
+    if prev != 0 {
+        crate::collector::retire(prev);
+    }
     block.trace.pos.store(tls.trace_pos, Ordering::Relaxed);
     block.trace.end.store(tls.trace_end, Ordering::Relaxed);
     tls.trace_pos = 0;
@@ -553,44 +593,67 @@ fn flush_lost(tls: &mut Tls, block: &ThreadBlock) {
     }
 }
 
-/// Maps the next chunk of the file for this thread. Returns false if there is none (the file
-/// cannot grow, or the limit is reached): the caller counts the event as lost.
-fn refill(tls: &mut Tls, block: &ThreadBlock) -> bool {
+/// Bytes of a chunk.
+pub(crate) fn chunk_bytes() -> usize {
+    CHUNK_BYTES.load(Ordering::Relaxed)
+}
+
+/// Marks the file full (it cannot grow: `errno`; or 0, the limit is reached).
+fn set_full(errno: i32) {
+    if !SESSION.full.swap(true, Ordering::Relaxed) {
+        SESSION.full_reason.store(errno, Ordering::Relaxed);
+    }
+}
+
+/// Allocates and maps the next chunk of the events file with every page faulted in writable,
+/// so that writing it never faults (nor can a full disk turn into a SIGBUS: the blocks exist
+/// first). Raw system calls only: the collector runs this too (src/collector.rs). Returns the
+/// mapping and its offset in the file, or None if there is none (the file is full: why is
+/// kept for [`refill`] to say).
+pub(crate) fn new_chunk() -> Option<(usize, u64)> {
+    use crate::collector::syscall;
     let fd = SESSION.events_fd.load(Ordering::Acquire);
     if fd < 0 || SESSION.full.load(Ordering::Relaxed) {
-        return false;
+        return None;
     }
     let size = CHUNK_BYTES.load(Ordering::Relaxed);
     let index = SESSION.chunks.fetch_add(1, Ordering::Relaxed);
     if index >= MAX_CHUNKS.load(Ordering::Relaxed) {
-        if !SESSION.full.swap(true, Ordering::Relaxed) {
-            message!("the trace reached INSTRFN_TRACE_LIMIT; later events are counted as lost");
-        }
-        return false;
+        set_full(0);
+        return None;
     }
-    let offset = index as i64 * size as i64;
-    // SAFETY: fallocate of a range of our own file: the blocks exist before they are written
-    // through the mapping, so a full disk is an error here, never a SIGBUS there.
-    let r = unsafe { libc::fallocate(fd, 0, offset, size as i64) };
-    if r != 0 {
-        let e = sys::errno();
-        let grown = e == libc::EOPNOTSUPP
-            // SAFETY: growing the file (holes read as zero) where fallocate is not supported.
-            && unsafe { libc::ftruncate(fd, offset + size as i64) } == 0;
+    let offset = index * size as u64;
+    // SAFETY: fallocate of a range of our own file.
+    let r = unsafe {
+        syscall(
+            libc::SYS_fallocate,
+            [fd as usize, 0, offset as usize, size, 0, 0],
+        )
+    };
+    if r < 0 {
+        let grown = r == -(libc::EOPNOTSUPP as isize) && {
+            // No fallocate here: one byte at the chunk's end grows the file (never shrinks it,
+            // as a racing ftruncate could); the pages are allocated when populated below.
+            let zero = 0u8;
+            let end = offset as usize + size - 1;
+            // SAFETY: pwrite of one byte from a local.
+            let n = unsafe {
+                syscall(
+                    libc::SYS_pwrite64,
+                    [fd as usize, &zero as *const u8 as usize, 1, end, 0, 0],
+                )
+            };
+            n == 1
+        };
         if !grown {
-            if !SESSION.full.swap(true, Ordering::Relaxed) {
-                message!(
-                    "the trace file cannot grow ({}); later events are counted as lost",
-                    sys::Errno(e)
-                );
-            }
-            return false;
+            set_full(-r as i32);
+            return None;
         }
     }
     // SAFETY: a shared mapping of a range of our file that exists now.
     let p = unsafe {
-        libc::mmap(
-            ptr::null_mut(),
+        crate::collector::mmap(
+            0,
             size,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_SHARED,
@@ -598,15 +661,87 @@ fn refill(tls: &mut Tls, block: &ThreadBlock) -> bool {
             offset,
         )
     };
-    if p == libc::MAP_FAILED {
-        return false;
+    if p < 0 {
+        return None;
     }
     let base = p as usize;
+    const MADV_POPULATE_WRITE: usize = 23;
+    // SAFETY: madvise of our own mapping.
+    let r = unsafe {
+        syscall(
+            libc::SYS_madvise,
+            [base, size, MADV_POPULATE_WRITE, 0, 0, 0],
+        )
+    };
+    if r == -(libc::EINVAL as isize) {
+        // Before Linux 5.14: fault each page in by writing it.
+        for page in (0..size).step_by(4096) {
+            // SAFETY: inside the fresh mapping, which nothing else uses yet.
+            unsafe { ptr::write_volatile((base + page) as *mut u8, 0) };
+        }
+    } else if r < 0 {
+        // The pages cannot be had (a full disk where blocks are only allocated now).
+        // SAFETY: our own fresh mapping.
+        unsafe { syscall(libc::SYS_munmap, [base, size, 0, 0, 0, 0]) };
+        set_full(-r as i32);
+        return None;
+    }
+    Some((base, offset))
+}
+
+/// Frees the blocks of an unused chunk (one the collector prepared and nobody took).
+pub(crate) fn punch(offset: u64, size: usize) {
+    let fd = SESSION.events_fd.load(Ordering::Acquire);
+    if fd >= 0 {
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: fallocate of a range of our own file.
+        unsafe {
+            crate::collector::syscall(
+                libc::SYS_fallocate,
+                [fd as usize, mode as usize, offset as usize, size, 0, 0],
+            )
+        };
+    }
+}
+
+/// Gives this thread its next chunk: a prepared one from the collector's pool, or one it maps
+/// itself. Returns false if there is none (the file cannot grow, or the limit is reached): the
+/// caller counts the event as lost.
+fn refill(tls: &mut Tls, block: &ThreadBlock) -> bool {
+    let mut base = crate::collector::take();
+    if base == 0 {
+        match new_chunk() {
+            Some((b, _)) => {
+                crate::collector::prepared_by_thread();
+                base = b;
+            }
+            None => {
+                if SESSION.full.load(Ordering::Relaxed)
+                    && !SESSION.full_said.swap(true, Ordering::Relaxed)
+                {
+                    match SESSION.full_reason.load(Ordering::Relaxed) {
+                        0 => message!(
+                            "the trace reached INSTRFN_TRACE_LIMIT; later events are counted as \
+                             lost"
+                        ),
+                        e => message!(
+                            "the trace file cannot grow ({}); later events are counted as lost",
+                            sys::Errno(e)
+                        ),
+                    }
+                }
+                return false;
+            }
+        }
+    }
+    let size = CHUNK_BYTES.load(Ordering::Relaxed);
     let t = &block.trace;
     let old = t.chunk.swap(base, Ordering::Relaxed);
     if old != 0 {
-        // SAFETY: this thread's previous chunk, full: nothing writes it any more.
-        unsafe { libc::munmap(old as *mut libc::c_void, size) };
+        let older = t.prev.swap(old, Ordering::Relaxed);
+        if older != 0 {
+            crate::collector::retire(older);
+        }
     }
     let seq = t.seq.fetch_add(1, Ordering::Relaxed);
     // SAFETY: the header lies at the start of the fresh mapping.
@@ -972,9 +1107,15 @@ pub fn finish() {
     }
     // SAFETY: this thread's TLS block.
     let tls = unsafe { &mut *arch::tls() };
+    // SAFETY: the block this thread claimed, or null.
     if let Some(block) = unsafe { tls.block.as_ref() } {
         flush_lost(tls, block);
     }
+    note_modules();
+    let (tid, cpu_ns, prepared, by_threads) = crate::collector::finish();
+    meta(format_args!(
+        "collector {tid} {cpu_ns} {prepared} {by_threads}"
+    ));
     let (counter, mono, real) = clock_pair();
     meta(format_args!(
         "clock {} {counter:#x} {mono} {real}",
@@ -998,9 +1139,15 @@ pub fn after_fork(dir: &[u8]) {
     }
     SESSION.chunks.store(0, Ordering::Relaxed);
     SESSION.full.store(false, Ordering::Relaxed);
+    SESSION.full_said.store(false, Ordering::Relaxed);
+    for k in &KNOWN {
+        k.store(0, Ordering::Relaxed);
+    }
+    crate::collector::after_fork();
     for block in crate::thread::blocks() {
         // The parent's chunk mappings are shared with the parent: never write them here.
         block.trace.chunk.store(0, Ordering::Relaxed);
+        block.trace.prev.store(0, Ordering::Relaxed);
         block.trace.seq.store(0, Ordering::Relaxed);
         block.trace.pos.store(0, Ordering::Relaxed);
         block.trace.end.store(0, Ordering::Relaxed);
@@ -1020,8 +1167,10 @@ pub fn after_fork(dir: &[u8]) {
         limit,
         DEPTH.load(Ordering::Relaxed),
         HIJACK.load(Ordering::Relaxed),
-    ) && let Some(block) = unsafe { tls.block.as_ref() }
-    {
+    ) && let Some(block) = {
+        // SAFETY: the block this thread claimed, or null.
+        unsafe { tls.block.as_ref() }
+    } {
         thread_line(block);
     }
 }

@@ -1582,7 +1582,9 @@ fn trace_survives_longjmp_unwinding_and_tail_calls() {
         &["-pg", "-rdynamic"],
         &["-rdynamic", "-lpthread"],
     );
-    let cases: [(&[&str], &[(&str, &str, u64)], &[(&str, &str)]); 7] = [
+    // (arguments, exact counts of (kind, function), events that must follow one another)
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str, u64)], &'a [(&'a str, &'a str)]);
+    let cases: [Case; 7] = [
         (
             &["longjmp", "5", "6"],
             &[
@@ -1924,4 +1926,113 @@ fn trace_process_trees_and_many_threads() {
         })
         .sum();
     assert_eq!(calls, 4000 * 50);
+}
+
+/// The `collector` line of a meta file: (tid, cpu ns, chunks threads took from its pool, chunks
+/// they prepared themselves).
+fn collector_line(meta: &Path) -> (u32, u64, u64, u64) {
+    let text = std::fs::read_to_string(meta).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("collector "))
+        .unwrap_or_else(|| panic!("{}: no collector line:\n{text}", meta.display()));
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|w| w.parse().unwrap())
+        .collect();
+    (v[0] as u32, v[1], v[2], v[3])
+}
+
+/// The trace files of `dir` with this suffix, sorted.
+fn trace_files(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn trace_collector_prepares_chunks_and_is_optional() {
+    // The collector thread prepares chunks ahead; the trace is the same with it and without it
+    // (INSTRFN_COLLECTOR=off: each thread maps its own), exact, and the collector is no thread
+    // of the trace. Chunks it prepared that nobody took give their blocks back at exit. A fork
+    // child starts a collector of its own.
+    use std::os::unix::fs::MetadataExt;
+    let dir = workdir("trace-collector");
+    let exe = build_c(&dir, "threads.c", &[], Link::Preload);
+    const T: u64 = 2;
+    const N: u64 = 100_000;
+    const CHUNK: u64 = 64 << 10;
+    // work_a and work_b per iteration, each worker, main: an entry and an exit each.
+    let expected = 2 * (2 * T * N + T + 1);
+    for collector in ["on", "off"] {
+        let context = format!("INSTRFN_COLLECTOR={collector}");
+        let (out, trace) = record_trace(
+            &exe,
+            &["2", "100000"],
+            &[
+                ("INSTRFN_BUFSIZE", "65536"),
+                ("INSTRFN_COLLECTOR", collector),
+            ],
+            &dir,
+        );
+        let summary = stderr_of(&out);
+        assert!(
+            summary.contains(&format!(
+                "instrfn: {expected} events, 3 threads, 1 processes, 0 lost"
+            )),
+            "{context}: {summary}"
+        );
+        let events = &trace_files(&trace, ".events")[0];
+        let data = std::fs::read(events).unwrap();
+        let used = data
+            .chunks(CHUNK as usize)
+            .filter(|c| c.starts_with(b"IFNCHNK1"))
+            .count() as u64;
+        assert!(
+            used * (CHUNK - 64) >= 16 * expected,
+            "{context}: {used} chunks"
+        );
+        let (tid, _cpu, prepared, by_threads) = collector_line(&trace_files(&trace, ".meta")[0]);
+        if collector == "on" {
+            assert!(
+                tid > 0 && prepared > 0,
+                "{context}: collector {tid} {prepared}"
+            );
+            assert_eq!(
+                prepared + by_threads,
+                used,
+                "{context}: chunks prepared and used"
+            );
+            let meta = std::fs::read_to_string(&trace_files(&trace, ".meta")[0]).unwrap();
+            assert!(
+                !meta.lines().any(|l| l.starts_with("thread ")
+                    && l.split_whitespace().nth(2) == Some(&tid.to_string())),
+                "{context}: the collector shows as a thread:\n{meta}"
+            );
+        } else {
+            assert_eq!((tid, prepared, by_threads), (0, 0, used), "{context}");
+        }
+        // Allocated blocks: the used chunks (plus the file system's own), not the unused ones.
+        let allocated = std::fs::metadata(events).unwrap().blocks() * 512;
+        assert!(
+            allocated <= used * CHUNK + (64 << 10),
+            "{context}: {allocated} bytes allocated for {used} chunks of {CHUNK}"
+        );
+    }
+    // fork: the child's own collector.
+    let tree = build_c(&dir, "tree.c", &[], Link::Preload);
+    let (_, trace) = record_trace(&tree, &["forkexec", "100"], &[], &dir);
+    let metas = trace_files(&trace, ".meta");
+    assert_eq!(metas.len(), 2, "{metas:?}");
+    let (parent, child) = (collector_line(&metas[0]).0, collector_line(&metas[1]).0);
+    assert!(
+        parent > 0 && child > 0 && parent != child,
+        "collectors {parent} {child}"
+    );
 }

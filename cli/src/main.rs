@@ -49,6 +49,9 @@ enum Command {
         /// Show raw addresses, not function names.
         #[arg(long)]
         raw: bool,
+        /// Print only the summary line (events, threads, processes, losses, bytes).
+        #[arg(long)]
+        summary: bool,
     },
 }
 
@@ -67,7 +70,16 @@ fn main() -> ExitCode {
             preload,
             cmd,
         } => record(&output, mode, preload, &cmd),
-        Command::Dump { dir, raw } => dump(&dir, raw),
+        Command::Dump { dir, raw, summary } => {
+            if summary {
+                Trace::open(&dir).map_err(|e| e.to_string()).map(|t| {
+                    println!("{}", trace_summary(&t, &dir).1);
+                    ExitCode::SUCCESS
+                })
+            } else {
+                dump(&dir, raw)
+            }
+        }
     };
     match result {
         Ok(code) => code,
@@ -188,42 +200,60 @@ fn summary(output: &Path, mode: Mode, cmd: &std::ffi::OsStr) {
             }
         }
         Mode::Trace => match Trace::open(output) {
-            Ok(trace) => {
-                let mut events = 0u64;
-                let mut threads = 0usize;
-                let mut lost = 0u64;
-                let mut bytes = 0u64;
-                for p in &trace.processes {
-                    for slot in p.slots() {
-                        events += p
-                            .events(slot)
-                            .filter(|e| e.as_ref().is_ok_and(|e| e.kind != Kind::Thread))
-                            .count() as u64;
-                    }
-                    threads += p
-                        .threads
-                        .iter()
-                        .map(|t| t.tid)
-                        .collect::<std::collections::BTreeSet<_>>()
-                        .len();
-                    lost += p.lost_total();
-                    bytes += p.event_bytes();
-                }
-                if events == 0 {
-                    hint("event");
-                } else {
-                    eprintln!(
-                        "instrfn: {events} events, {threads} threads, {} processes, {lost} lost, \
-                         {:.1} MiB in {}",
-                        trace.processes.len(),
-                        bytes as f64 / (1 << 20) as f64,
-                        output.display()
-                    );
-                }
-            }
+            Ok(trace) => match trace_summary(&trace, output) {
+                (0, _) => hint("event"),
+                (_, line) => eprintln!("{line}"),
+            },
             Err(_) => hint("event"),
         },
     }
+}
+
+/// The events of a trace (thread events not counted) and its summary line.
+fn trace_summary(trace: &Trace, dir: &Path) -> (u64, String) {
+    let mut events = 0u64;
+    let mut threads = 0usize;
+    let mut lost = 0u64;
+    let mut bytes = 0u64;
+    for p in &trace.processes {
+        for slot in p.slots() {
+            events += p
+                .events(slot)
+                .filter(|e| {
+                    e.as_ref()
+                        .is_ok_and(|e| !matches!(e.kind, Kind::Thread | Kind::Lost))
+                })
+                .count() as u64;
+        }
+        threads += p
+            .threads
+            .iter()
+            .map(|t| t.tid)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
+        lost += p.lost_total();
+        bytes += p.event_bytes();
+    }
+    let collector_ns: u64 = trace
+        .processes
+        .iter()
+        .filter_map(|p| p.collector.as_ref())
+        .map(|c| c.cpu_ns)
+        .sum();
+    let line = format!(
+        "instrfn: {events} events, {threads} threads, {} processes, {lost} lost, {:.1} MiB in {} \
+         (collector CPU {:.1} ms)",
+        trace.processes.len(),
+        bytes as f64 / (1 << 20) as f64,
+        dir.display(),
+        collector_ns as f64 / 1e6
+    );
+    (events, line)
+}
+
+/// One line of output.
+fn put(out: &mut impl std::io::Write, s: String) -> Result<(), String> {
+    writeln!(out, "{s}").map_err(|e| format!("cannot write: {e}"))
 }
 
 fn dump(dir: &Path, raw: bool) -> Result<ExitCode, String> {
@@ -231,22 +261,22 @@ fn dump(dir: &Path, raw: bool) -> Result<ExitCode, String> {
     let trace = Trace::open(dir).map_err(|e| e.to_string())?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    let mut write = |s: String| -> Result<(), String> {
-        writeln!(out, "{s}").map_err(|e| format!("cannot write: {e}"))
-    };
     for p in &trace.processes {
-        write(format!(
-            "process {} image {} (parent {}): {}{}",
-            p.pid,
-            p.image,
-            p.ppid,
-            p.cmdline.join(" "),
-            if p.ended {
-                ""
-            } else {
-                " [did not exit normally]"
-            }
-        ))?;
+        put(
+            &mut out,
+            format!(
+                "process {} image {} (parent {}): {}{}",
+                p.pid,
+                p.image,
+                p.ppid,
+                p.cmdline.join(" "),
+                if p.ended {
+                    ""
+                } else {
+                    " [did not exit normally]"
+                }
+            ),
+        )?;
         let symbols = (!raw).then(|| Symbols::of(p));
         let t0 = p.clock.start.0;
         for slot in p.slots() {
@@ -255,22 +285,25 @@ fn dump(dir: &Path, raw: bool) -> Result<ExitCode, String> {
                 .map(|t| format!("{} {}", t.tid, t.name))
                 .collect();
             let lost = p.lost.get(&slot).copied().unwrap_or(0);
-            write(format!(
-                "  thread slot {slot}: {}{}",
-                names.join(", "),
-                if lost > 0 {
-                    format!("; {lost} events lost")
-                } else {
-                    String::new()
-                }
-            ))?;
+            put(
+                &mut out,
+                format!(
+                    "  thread slot {slot}: {}{}",
+                    names.join(", "),
+                    if lost > 0 {
+                        format!("; {lost} events lost")
+                    } else {
+                        String::new()
+                    }
+                ),
+            )?;
             let mut events = p.events(slot);
             let mut tid = 0;
             while let Some(e) = events.next() {
                 let e = e.map_err(|e| e.to_string())?;
                 if events.tid() != tid {
                     tid = events.tid();
-                    write(format!("    tid {tid}"))?;
+                    put(&mut out, format!("    tid {tid}"))?;
                 }
                 let ns = p.clock.ns(e.ts) - p.clock.ns(t0);
                 if e.kind == Kind::Thread {
@@ -283,11 +316,10 @@ fn dump(dir: &Path, raw: bool) -> Result<ExitCode, String> {
                         None => format!("{:#x}", e.value),
                     },
                 };
-                write(format!("    {ns:>14.0} {} {what}", e.kind.name()))?;
+                put(&mut out, format!("    {ns:>14.0} {} {what}", e.kind.name()))?;
             }
         }
     }
-    drop(write);
     out.flush().map_err(|e| format!("cannot write: {e}"))?;
     Ok(ExitCode::SUCCESS)
 }

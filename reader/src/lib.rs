@@ -167,6 +167,18 @@ struct Chunk {
     seq: u64,
 }
 
+/// What the collector thread did (src/collector.rs of the runtime).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Collector {
+    pub tid: u32,
+    /// Its CPU time, in nanoseconds.
+    pub cpu_ns: u64,
+    /// Chunks threads took from its pool, and chunks they had to prepare themselves (the pool
+    /// was empty).
+    pub prepared: u64,
+    pub by_threads: u64,
+}
+
 /// One program image's trace.
 pub struct Process {
     pub pid: u32,
@@ -182,6 +194,8 @@ pub struct Process {
     pub lost: BTreeMap<u32, u64>,
     /// Whether the process wrote its `end` line (it exited normally).
     pub ended: bool,
+    /// The collector thread at the end (from the `collector` line), if it ran.
+    pub collector: Option<Collector>,
     /// The files read.
     pub meta_path: PathBuf,
     pub events_path: PathBuf,
@@ -248,7 +262,7 @@ pub fn decode_word(w: &str) -> String {
     let mut i = 0;
     while i < b.len() {
         if b[i] == b'%'
-            && i + 2 < b.len() + 0
+            && i + 2 < b.len()
             && let Ok(v) =
                 u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("x"), 16)
         {
@@ -312,6 +326,7 @@ impl Process {
             threads: Vec::new(),
             lost: BTreeMap::new(),
             ended: false,
+            collector: None,
             meta_path: meta_path.to_path_buf(),
             events_path: events_path.to_path_buf(),
             events: None,
@@ -378,6 +393,18 @@ impl Process {
                     let slot = number(meta_path, n, w.next())? as u32;
                     *p.lost.entry(slot).or_default() += number(meta_path, n, w.next())?;
                 }
+                "collector" => {
+                    let tid = number(meta_path, n, w.next())? as u32;
+                    let cpu_ns = number(meta_path, n, w.next())?;
+                    let prepared = number(meta_path, n, w.next())?;
+                    let by_threads = number(meta_path, n, w.next())?;
+                    p.collector = (tid != 0).then_some(Collector {
+                        tid,
+                        cpu_ns,
+                        prepared,
+                        by_threads,
+                    });
+                }
                 "end" => p.ended = true,
                 // A later minor addition: skipped.
                 _ => {}
@@ -414,10 +441,18 @@ impl Process {
         // mapping's length is fixed).
         let map = unsafe { memmap2::Mmap::map(&file) }
             .map_err(|e| error(&path, format!("cannot map: {e}")))?;
-        if len < CHUNK_HEADER || &map[..8] != CHUNK_MAGIC {
+        // The first chunk that was written (one the collector prepared may stay all zero,
+        // chunk 0 included): chunks start at multiples of 4096.
+        let first = (0..len.saturating_sub(CHUNK_HEADER - 1))
+            .step_by(4096)
+            .find(|&o| map[o..o + 8].iter().any(|&b| b != 0));
+        let Some(first) = first else {
+            return Ok(());
+        };
+        if &map[first..first + 8] != CHUNK_MAGIC {
             return Err(error(
                 &path,
-                "not an instrfn events file (bad chunk magic at offset 0)",
+                format!("not an instrfn events file (bad chunk magic at offset {first})"),
             ));
         }
         let u32_at = |b: &[u8], i: usize, le: bool| {
@@ -437,19 +472,23 @@ impl Process {
             }
         };
         // Byte order from the version field (1).
-        let le = u32_at(&map, 8, true) == 1;
-        if !le && u32_at(&map, 8, false) != 1 {
+        let le = u32_at(&map, first + 8, true) == 1;
+        if !le && u32_at(&map, first + 8, false) != 1 {
             return Err(error(&path, "unknown events file version"));
         }
-        let size = u32_at(&map, 12, le) as usize;
-        if size < CHUNK_HEADER + EVENT_BYTES || size % EVENT_BYTES != 0 {
+        let size = u32_at(&map, first + 12, le) as usize;
+        if size < CHUNK_HEADER + EVENT_BYTES
+            || !size.is_multiple_of(EVENT_BYTES)
+            || !first.is_multiple_of(size)
+        {
             return Err(error(&path, format!("corrupt chunk size {size}")));
         }
         let mut offset = 0;
         while offset < len {
             let chunk = &map[offset..len.min(offset + size)];
             if chunk.len() < CHUNK_HEADER || chunk.iter().take(8).all(|&b| b == 0) {
-                // Allocated but never written (the process died before its header), or cut.
+                // Allocated but never written (prepared and never taken, or the process died
+                // before its header), or cut short.
                 offset += size;
                 continue;
             }
@@ -521,17 +560,17 @@ impl Process {
         self.lost.values().sum()
     }
 
-    /// Bytes of events files.
+    /// Bytes of the chunks that hold events (chunks prepared and never used not counted).
     pub fn event_bytes(&self) -> u64 {
-        self.events.as_ref().map_or(0, |m| m.len() as u64)
+        self.chunks.iter().map(|c| c.len as u64).sum()
     }
 
     /// The module holding `addr`, if one does.
     pub fn module_of(&self, addr: u64) -> Option<&Module> {
         self.modules
             .iter()
-            .filter(|m| (m.start..m.end).contains(&addr))
-            .last()
+            .rev()
+            .find(|m| (m.start..m.end).contains(&addr))
     }
 }
 
@@ -607,8 +646,11 @@ impl Iterator for Events<'_> {
 /// Symbols of the modules of a process: runtime address → (name, offset), from each ELF
 /// file's symbol tables (`.symtab`, else `.dynsym`).
 pub struct Symbols {
-    modules: Vec<(Module, Vec<(u64, u64, String)>)>,
+    modules: Vec<(Module, Vec<SymbolRange>)>,
 }
+
+/// A symbol: start and end offset in its module (load bias removed), name.
+type SymbolRange = (u64, u64, String);
 
 impl Symbols {
     /// Reads the symbols of every module of `p` that can still be read. A module that is gone
