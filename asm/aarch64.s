@@ -279,16 +279,14 @@ instrfn_aarch64_\name:
     stp     x7, x8, [sp, #48]
     .cfi_rel_offset x7, 48
     .cfi_rel_offset x8, 56
-    mov     x4, #0
     .ifc \kind,hijack
-    mov     x6, #{EV_NOEXIT}                      // unless the return address is replaced
     cmp     w17, #2
-    b.eq    .Ltevent_\name                  // exits off (INSTRFN_EXITS): entries only
+    b.eq    .Ltnoexit_\name                 // exits off (INSTRFN_EXITS): entries only
     add     x5, x29, #8                     // the return slot
     ldr     x1, [x5]                        // the return address in it
     STRIP   x2, x1
     cmp     x1, x2
-    b.ne    .Ltevent_\name                  // signed: the function authenticates it
+    b.ne    .Ltnoexit_\name                 // signed: the function authenticates it
     adrp    x3, instrfn_aarch64_sites       // how this call site was classified
     add     x3, x3, #:lo12:instrfn_aarch64_sites
     eor     x2, x30, x30, lsr #{SITE_SHIFT}
@@ -296,7 +294,7 @@ instrfn_aarch64_\name:
     ldr     x2, [x3, x2, lsl #3]
     eor     x2, x2, x30                     // the class if the entry is this site's
     cmp     x2, #{SITE_ENTRY_ONLY}
-    b.eq    .Ltevent_\name
+    b.eq    .Ltnoexit_\name
     cmp     x2, #{SITE_PLAIN}
     b.ne    .Ltslow_\name                   // not classified yet
     ldr     x2, [x16, #{TLS_UNWOUND}]
@@ -316,14 +314,11 @@ instrfn_aarch64_\name:
 2:  ldxr    x4, [x3]                        // reserve our shadow entry
     add     x2, x4, #{SH_BYTES}
     cmp     x2, x7
-    b.hi    3f                              // full: an entry without exit
+    b.hi    .Ltfull_\name                   // full: an entry without exit
     stxr    w17, x2, [x3]
     cbnz    w17, 2b
     str     x5, [x4, #{SH_SLOT}]                   // at once: a signal handler compares it
     mov     x6, #{EV_ENTRY}
-    b       .Ltevent_\name
-3:  clrex
-    mov     x4, #0
     .else
     .ifc \kind,exit
     mov     x6, #{EV_EXIT}
@@ -360,6 +355,14 @@ instrfn_aarch64_\name:
     cbnz    w17, 6b
     .endif
     b       .Ltret_\name
+    .ifc \kind,hijack
+.Ltfull_\name:
+    clrex
+.Ltnoexit_\name:
+    mov     x4, #0                          // no shadow entry: an entry without exit
+    mov     x6, #{EV_NOEXIT}
+    b       .Ltevent_\name
+    .endif
 .Ltnochunk_\name:
     clrex
     .ifc \kind,hijack

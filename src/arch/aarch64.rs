@@ -186,56 +186,44 @@ fn site_class(self_pc: usize) -> usize {
 /// What one instruction of a prologue says, read backwards from the `bl _mcount`.
 #[derive(PartialEq, Eq, Debug)]
 enum Step {
-    /// A prologue instruction: look further back.
+    /// What a prologue may hold: any load, store, data-processing or SIMD/FP/SVE instruction,
+    /// or a hint (xpaclri): look further back. (Compilers schedule more than the frame setup
+    /// before the call: gcc computes addresses there, e.g. `add x19, sp, #64`.)
     Prologue,
     /// paciasp / pacibsp / paciaz / pacibz: the function signs its return address.
     Signs,
     /// The function's start (`bti`), or the end of the code before it (ret, b, bl, br, nop,
-    /// udf, brk): the function does not sign.
+    /// udf, brk): the function does not sign. (No function falls through into the next.)
     Boundary,
-    /// Anything else: not understood.
+    /// Any other branch or system instruction: not a prologue as compilers write it.
     Unknown,
 }
 
 fn step(w: u32) -> Step {
-    let rn = (w >> 5) & 31;
-    let frame_base = rn == 31 || rn == 29;
-    let opc = (w >> 22) & 3;
-    let vector = (w >> 26) & 1 == 1;
-    let store = opc == 0 || (vector && opc == 2);
     match w {
         0xd503_233f | 0xd503_237f | 0xd503_231f | 0xd503_235f => Step::Signs,
-        0xd503_201f | 0xd65f_0bff | 0xd65f_0fff => Step::Boundary,
-        0xd503_20ff => Step::Prologue, // xpaclri
-        _ if w & 0xffff_ff3f == 0xd503_241f => Step::Boundary, // bti, bti c/j/jc
-        _ if w & 0xffff_fc1f == 0xd65f_0000 => Step::Boundary, // ret
-        _ if w & 0xffff_fc1f == 0xd61f_0000 => Step::Boundary, // br
-        _ if w & 0x7c00_0000 == 0x1400_0000 => Step::Boundary, // b, bl
-        _ if w & 0xffff_0000 == 0 => Step::Boundary, // udf (padding)
-        _ if w & 0xffe0_001f == 0xd420_0000 => Step::Boundary, // brk
-        // stp/stnp of any registers, every addressing mode, to [sp] or [x29]
-        _ if w & 0x3a40_0000 == 0x2800_0000 && frame_base => Step::Prologue,
-        // str/ldr (unsigned offset) to or from [sp] or [x29]: saves, and `ldr x0, [x29, #8]`
-        _ if w & 0x3b00_0000 == 0x3900_0000 && frame_base => Step::Prologue,
-        // str/stur with a 9-bit offset (unscaled, pre- or post-indexed) to [sp] or [x29]
-        _ if w & 0x3b20_0000 == 0x3800_0000 && (w >> 10) & 3 != 2 && store && frame_base => {
-            Step::Prologue
-        }
-        _ if w & 0xff80_03ff == 0xd100_03ff => Step::Prologue, // sub sp, sp, #imm
-        _ if w & 0xff80_03ff == 0x9100_03fd => Step::Prologue, // add x29, sp, #imm
-        _ if w & 0x7fe0_ffe0 == 0x2a00_03e0 => Step::Prologue, // mov (w|x)d, (w|x)m
-        _ if w & 0x1f80_0000 == 0x1280_0000 => Step::Prologue, // movz/movn/movk
-        _ => Step::Unknown,
+        0xd503_201f | 0xd65f_0bff | 0xd65f_0fff => Step::Boundary, // nop, retaa, retab
+        _ if w & 0xffff_ff3f == 0xd503_241f => Step::Boundary,     // bti, bti c/j/jc
+        _ if w & 0xffff_f01f == 0xd503_201f => Step::Prologue,     // other hints (xpaclri)
+        _ if w & 0xffff_fc1f == 0xd65f_0000 => Step::Boundary,     // ret
+        _ if w & 0xffff_fc1f == 0xd61f_0000 => Step::Boundary,     // br
+        _ if w & 0x7c00_0000 == 0x1400_0000 => Step::Boundary,     // b, bl
+        _ if w & 0xffe0_001f == 0xd420_0000 => Step::Boundary,     // brk
+        _ if w & 0xffff_0000 == 0 => Step::Boundary,               // udf (padding)
+        _ if (w >> 26) & 7 == 0b101 => Step::Unknown, // other branches, exceptions, system
+        _ if (w >> 25) & 0xf == 0 => Step::Unknown,   // reserved
+        _ => Step::Prologue,
     }
 }
 
 /// Decides whether the function whose `bl _mcount` returns to `self_pc` signs its return
 /// address: reads its prologue backwards from the instruction before the `bl`, through
-/// instructions a prologue is made of (frame record and register saves, stack adjustment,
-/// register moves), until `paciasp`/`pacibsp` (it signs) or a function boundary (it does not).
-/// Anything not understood, or a prologue longer than 64 instructions, makes the site
-/// entry-only: a replaced address that the function authenticates would fault, a missing exit
-/// only costs the exit. Never reads an unmapped page (mincore first).
+/// instructions a prologue may hold (everything but control flow and system instructions),
+/// until `paciasp`/`pacibsp` (it signs) or a function boundary (it does not: no function falls
+/// through into the next, so the code before it ends in ret, b, br, a noreturn bl, or padding).
+/// Any other branch or system instruction, or a prologue longer than 64 instructions, makes
+/// the site entry-only: a replaced address that the function authenticates would fault, a
+/// missing exit only costs the exit. Never reads an unmapped page (mincore first).
 fn classify(self_pc: usize) -> usize {
     // SAFETY: getauxval has no preconditions.
     let page = match unsafe { libc::getauxval(libc::AT_PAGESZ) } as usize {
@@ -316,7 +304,7 @@ unsafe fn tail_call(tls: *mut Tls, slot: *mut usize) {
     }
     t.shadow_top = top;
     // SAFETY: slot 1 records an exit event of top_fn (the -finstrument-functions route).
-    unsafe { crate::trace::instrfn_trace_slow(tls, 1 as *mut usize, top_fn) };
+    unsafe { crate::trace::instrfn_trace_slow(tls, core::ptr::without_provenance_mut(1), top_fn) };
     // SAFETY: the entered function's return slot.
     unsafe { *slot = top_ret };
 }
@@ -434,7 +422,14 @@ mod tests {
         assert_eq!(step(0xd503_245f), Step::Boundary); // bti c
         assert_eq!(step(0xd503_201f), Step::Boundary); // nop
         assert_eq!(step(0x1400_0010), Step::Boundary); // b
-        assert_eq!(step(0x8b02_0020), Step::Unknown); // add x0, x1, x2
-        assert_eq!(step(0xf940_0020), Step::Unknown); // ldr x0, [x1]
+        assert_eq!(step(0x9101_03f3), Step::Prologue); // add x19, sp, #64
+        assert_eq!(step(0xf940_0020), Step::Prologue); // ldr x0, [x1]
+        assert_eq!(step(0xd61f_0200), Step::Boundary); // br x16
+        assert_eq!(step(0x9400_0000), Step::Boundary); // bl
+        assert_eq!(step(0x0000_0000), Step::Boundary); // udf #0
+        assert_eq!(step(0xb400_0040), Step::Unknown); // cbz x0
+        assert_eq!(step(0x5400_0041), Step::Unknown); // b.ne
+        assert_eq!(step(0xd63f_0200), Step::Unknown); // blr x16
+        assert_eq!(step(0xd53b_d040), Step::Unknown); // mrs x0, tpidr_el0
     }
 }
