@@ -71,8 +71,9 @@
 //   traced entry-only (EV_NOEXIT). Whether a function signs is not told reliably by the saved
 //   value (ret != xpaclri(ret)): Linux user pointers have 7 PAC bits, so 1 signed return
 //   address in 128 carries a zero PAC and looks unsigned. It is decided once per call site
-//   from the prologue before the `bl` (src/arch/aarch64.rs `classify`), kept in the call-site
-//   table instrfn_aarch64_sites; a call site not yet in the table takes the slow path. A
+//   from the prologue before the `bl` (src/arch/aarch64.rs `classify`, which also requires a
+//   frame record no deeper than a signal frame below the CFA), kept in the call-site table
+//   instrfn_aarch64_sites; a call site not yet in the table takes the slow path. A
 //   signed-looking value is entry-only whatever the table says.
 // - The exit trampoline cannot find the slot from sp (the frame record's place in the frame
 //   depends on the frame's size), so each shadow entry also keeps the frame pointer the

@@ -120,10 +120,57 @@ fn golden(compiler: Compiler, flags: &[&str], expect: Expect) {
     }
 }
 
-/// gcc -pg: `mov x0, x30; bl _mcount` after the frame record is set up.
+/// gcc -pg: `mov x0, x30; bl _mcount` after the frame record is set up. With
+/// INSTRFN_EXITS=off (mode 2 of the fast path) nothing is replaced: entries only.
 #[test]
 fn aarch64_trace_golden_gcc_pg() {
     golden(Compiler::Gcc, &["-pg"], Expect::Exits);
+    let dir = workdir("aarch64-trace-exits-off");
+    let obj = compile(Compiler::Gcc, &dir, "calltree.c", &["-pg"], "calltree.o");
+    let args = [T.to_string(), K.to_string()];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    for link_kind in [Link::Preload, Link::Static] {
+        let exe = link(&dir, &obj, "calltree", link_kind);
+        let (_, trace) = run_traced(&exe, &args, link_kind, &[("INSTRFN_EXITS", "off")], &dir);
+        let context = format!("INSTRFN_EXITS=off {link_kind:?}");
+        assert_calltree_entries_only(&instrfn_dump(&trace)[0], T, K, &context);
+    }
+}
+
+/// gmon mode counts the arcs of -finstrument-functions code (call_site -> this_fn) like
+/// mcount's, exactly, and `__cyg_profile_func_exit` counts nothing.
+#[test]
+fn aarch64_gmon_instrument_functions_arcs() {
+    let dir = workdir("aarch64-gmon-cyg");
+    let obj = compile(
+        Compiler::Gcc,
+        &dir,
+        "calltree.c",
+        &["-finstrument-functions"],
+        "calltree.o",
+    );
+    let (t, k) = (T as u64, K as u64);
+    let args = [T.to_string(), K.to_string()];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let preload = runtime_lib(AARCH64, Lib::Shared).display().to_string();
+    for link_kind in [Link::Preload, Link::Static] {
+        let exe = link(&dir, &obj, "calltree", link_kind);
+        let env: &[(&str, &str)] = match link_kind {
+            Link::Preload => &[("LD_PRELOAD", preload.as_str())],
+            Link::Static => &[],
+        };
+        run_exe(AARCH64, &exe, &args, env, &dir);
+        let arcs = gprof_arcs(AARCH64, &exe, &dir.join("gmon.out"));
+        assert_arcs(
+            &arcs,
+            &[
+                ("run", "a", t * k),
+                ("a", "b", 2 * t * k),
+                ("b", "c", 2 * t * k),
+            ],
+            &format!("gmon -finstrument-functions {link_kind:?}"),
+        );
+    }
 }
 
 /// clang 14 -pg: a bare `bl _mcount` (x0 holds an argument); the caller is in the frame record.
@@ -258,16 +305,13 @@ fn aarch64_trace_exit_registers() {
             let procs = instrfn_dump(&trace);
             assert_eq!(procs.len(), 1, "{context}");
             let counts = assert_balanced(&procs[0], &context);
-            assert_eq!(
-                count_of(&counts, "entry", "instrfn_exit_target"),
-                calls,
-                "{context}"
-            );
-            assert_eq!(
-                count_of(&counts, "exit", "instrfn_exit_target"),
-                calls,
-                "{context}"
-            );
+            let target = if kind == "2" {
+                "instrfn_exit_target2"
+            } else {
+                "instrfn_exit_target"
+            };
+            assert_eq!(count_of(&counts, "entry", target), calls, "{context}");
+            assert_eq!(count_of(&counts, "exit", target), calls, "{context}");
             let inner = if kind == "1" { calls } else { 0 };
             assert_eq!(
                 count_of(&counts, "unwound", "instrfn_exit_inner"),
@@ -510,5 +554,49 @@ fn aarch64_trace_survives_longjmp_unwinding_and_tail_calls() {
             "{link_kind:?}: {handled:?}"
         );
         assert_eq!(count_of(&handled, "exit", "work"), 300_000);
+    }
+}
+
+/// Large frames with signal handlers running instrumented code on the thread's own stack
+/// (bigframe.c). A function whose frame record lies deeper below its CFA than a signal frame
+/// is long, or whose prologue moves sp in a way the classifier does not follow (gcc: `mov x12,
+/// #n; sub sp, sp, x12`, and the record below the locals), is entry-only; clang's big frame
+/// (record above the locals, `sub sp, sp, #4, lsl #12`) keeps its exits. Handlers that
+/// interrupt anywhere, the return of big() included, never disturb the frames they interrupt.
+#[test]
+fn aarch64_trace_big_frames_and_signal_handlers() {
+    const N: u64 = 100_000;
+    let n = N.to_string();
+    for (compiler, big_exits) in [(Compiler::Gcc, false), (Compiler::Clang, true)] {
+        let dir = workdir(&format!("aarch64-trace-bigframe-{compiler:?}"));
+        let obj = compile(compiler, &dir, "bigframe.c", &["-pg"], "bigframe.o");
+        for link_kind in [Link::Preload, Link::Static] {
+            let exe = link(&dir, &obj, "bigframe", link_kind);
+            let context = format!("{compiler:?} {link_kind:?}");
+            let (out, trace) = run_traced(&exe, &[&n], link_kind, &[], &dir);
+            let handled: u64 = out
+                .trim()
+                .strip_prefix(&format!("bigframe {N} handled "))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{context}: {out}"));
+            let counts = assert_balanced(&instrfn_dump(&trace)[0], &context);
+            let big = if big_exits {
+                [("entry", "big", N), ("exit", "big", N)]
+            } else {
+                [("entry-no-exit", "big", N), ("exit", "big", 0)]
+            };
+            for (kind, name, calls) in big.into_iter().chain([
+                ("entry", "small", N),
+                ("exit", "small", N),
+                ("exit", "handled", handled),
+                ("exit", "on_alarm", handled),
+            ]) {
+                assert_eq!(
+                    count_of(&counts, kind, name),
+                    calls,
+                    "{context}: {kind} {name}: {counts:?}"
+                );
+            }
+        }
     }
 }
