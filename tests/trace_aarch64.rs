@@ -446,6 +446,13 @@ fn aarch64_trace_rust_dependency_route() {
     );
 }
 
+/// One run of unwind.c: its arguments, the (kind, function, events) expected, extra environment.
+type UnwindCase = (
+    &'static [&'static str],
+    &'static [(&'static str, &'static str, u64)],
+    &'static [(&'static str, &'static str)],
+);
+
 /// Ways out of a function other than its return (unwind.c, as on x86_64 in tests/host.rs):
 /// longjmp, siglongjmp from a handler on an alternate stack, pthread_exit, cancellation, a
 /// shadow stack too small, tail calls (on aarch64 the tail-called function's frame record
@@ -462,7 +469,7 @@ fn aarch64_trace_survives_longjmp_unwinding_and_tail_calls() {
         &["-pg", "-rdynamic"],
         "unwind.o",
     );
-    let cases: [(&[&str], &[(&str, &str, u64)], &[(&str, &str)]); 7] = [
+    let cases: [UnwindCase; 7] = [
         (
             &["longjmp", "5", "6"],
             &[
@@ -598,5 +605,102 @@ fn aarch64_trace_big_frames_and_signal_handlers() {
                 );
             }
         }
+    }
+}
+
+/// C++ exceptions through -pg frames (throw.cpp, as on x86_64): thrown through destructors
+/// (cleanup pads, _Unwind_Resume), caught, rethrown. The same output; every frame closed, the
+/// thrown-through ones as unwound, the catching ones returning. Preloaded and static.
+#[test]
+fn aarch64_trace_survives_cpp_exceptions() {
+    let gxx = "aarch64-linux-gnu-g++";
+    require_tool(gxx);
+    let dir = workdir("aarch64-trace-cpp");
+    let obj = dir.join("throw.o");
+    let src = fixture("c/throw.cpp");
+    run_ok(
+        Command::new(gxx)
+            .args(["-O2", "-pg", "-c"])
+            .arg(&src)
+            .arg("-o")
+            .arg(&obj),
+    );
+    let lib = runtime_lib(AARCH64, Lib::Static);
+    for link_kind in [Link::Preload, Link::Static] {
+        let exe = dir.join(format!("throw-{link_kind:?}"));
+        let mut cmd = Command::new(gxx);
+        cmd.arg(&obj);
+        if link_kind == Link::Static {
+            cmd.arg(&lib);
+        }
+        run_ok(cmd.args(["-lpthread", "-ldl", "-o"]).arg(&exe));
+        let args = ["4", "6"];
+        let plain = run_exe(AARCH64, &exe, &args, &[], &dir);
+        assert_eq!(String::from_utf8_lossy(&plain.stdout), "caught 8\n");
+        let (out, trace) = run_traced(&exe, &args, link_kind, &[], &dir);
+        assert_eq!(out, "caught 8\n", "{link_kind:?}");
+        let context = format!("c++ {link_kind:?}");
+        let counts = assert_balanced(&instrfn_dump(&trace)[0], &context);
+        // thrower(6) is 7 frames, thrower(1) 2, per round
+        assert_eq!(
+            count_of(&counts, "unwound", "_Z7throwerm"),
+            4 * 9,
+            "{context}: {counts:?}"
+        );
+        assert_eq!(
+            count_of(&counts, "exit", "_Z7catcherm"),
+            4,
+            "{context}: {counts:?}"
+        );
+        assert_eq!(
+            count_of(&counts, "exit", "main"),
+            1,
+            "{context}: {counts:?}"
+        );
+    }
+}
+
+/// Rust panics caught by catch_unwind, resume_unwind and std's Backtrace through instrumented
+/// frames (rust-app, as on x86_64): the same output, every frame of dive closed (unwound by
+/// the panics, returning after the backtrace).
+#[test]
+fn aarch64_trace_survives_rust_panics_and_backtraces() {
+    let exe = build_instrumented_rust("rust-app", AARCH64.triple, "rust-app");
+    let dir = workdir("aarch64-trace-rust-panics");
+    for args in [
+        &["panic", "5", "4"][..],
+        &["resume", "5", "4"][..],
+        &["backtrace", "4"][..],
+    ] {
+        let context = args.join(" ");
+        let plain = run_exe(AARCH64, &exe, args, &[], &dir);
+        let trace = dir.join("trace");
+        let _ = std::fs::remove_dir_all(&trace);
+        let t = trace.display().to_string();
+        let out = run_exe(
+            AARCH64,
+            &exe,
+            args,
+            &[("INSTRFN_MODE", "trace"), ("INSTRFN_OUTPUT", &t)],
+            &dir,
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&plain.stdout),
+            "{context}: the program's output"
+        );
+        let counts = assert_balanced(&instrfn_dump(&trace)[0], &context);
+        let dive = counts
+            .keys()
+            .find(|(_, n)| n.contains("rust_app4dive"))
+            .map(|(_, n)| n.clone())
+            .unwrap_or_else(|| panic!("{context}: no dive events: {counts:?}"));
+        let (frames, closed) = if args[0] == "backtrace" {
+            (5, "exit")
+        } else {
+            (25, "unwound")
+        };
+        assert_eq!(count_of(&counts, "entry", &dive), frames, "{context}");
+        assert_eq!(count_of(&counts, closed, &dive), frames, "{context}");
     }
 }
