@@ -74,7 +74,12 @@
 //   from the prologue before the `bl` (src/arch/aarch64.rs `classify`, which also requires a
 //   frame record no deeper than a signal frame below the CFA), kept in the call-site table
 //   instrfn_aarch64_sites; a call site not yet in the table takes the slow path. A
-//   signed-looking value is entry-only whatever the table says.
+//   signed-looking value is entry-only whatever the table says. (Signing the trampoline's
+//   address with the function's key and modifier instead would be possible where the
+//   classifier follows the prologue, which tells the CFA: sp at the call plus what the
+//   prologue moved it. But src/trace.rs compares slots with, and writes into them, the one
+//   unsigned trampoline address, when it puts the original addresses back for an unwinder and
+//   re-arms the frames after it: that needs a per-entry replacement value first.)
 // - The exit trampoline cannot find the slot from sp (the frame record's place in the frame
 //   depends on the frame's size), so each shadow entry also keeps the frame pointer the
 //   function will return with (the saved x29 of its frame record): the newest entry is the
