@@ -21,16 +21,23 @@
 // gcc's call) and x16/x17
 // (IP0/IP1, which any veneer or PLT entry on the way in may clobber too): x1-x15, x18-x29,
 // sp, v0-v31 in full, FPCR and FPSR. x30 comes back as self_pc (we return through it).
-// NZCV is clobbered, as by any call. The fast path never touches FP/SIMD; the slow path
-// saves q0-q31 whole because AAPCS64 keeps only the low halves of v8-v15 across the Rust
-// call. Beyond 128 bits (SVE Z upper bits, P registers) a base-PCS call may clobber
-// anything, and the slow path's system calls do discard them.
+// NZCV is clobbered, as by any call. The fast paths never touch FP/SIMD/SVE state. The slow
+// path saves q0-q31 whole (AAPCS64 keeps only the low halves of v8-v15 across the Rust call),
+// or, where the CPU has SVE, z0-z31 and p0-p15 whole (see SAVE_VECTORS).
 //
 // Shared layouts are the `{{NAME}}` operands of trampoline_asm! (asm/x86_64.s lists them all):
 // Tls {TLS_TABLE} table, {TLS_GUARD} guard; ArcTable {TBL_MASK} mask, {TBL_LEN} len, {TBL_LIMIT} limit,
 // {TBL_SHIFT} shift, {TBL_LAST} last, {TBL_LOST} lost; slots of {SLOT_SIZE} (= 1 << {SLOT_SHIFT}) bytes with self_pc at
 // {SLOT_SELF} and from_pc right after it at {SLOT_FROM} (one ldp loads both), count at {SLOT_COUNT}; the hash
 // multiplier {HASH_MUL} is loaded from instrfn_hash_mul (asm/data.s).
+// Trace mode (src/trace.rs) adds: Tls {TLS_TRACE_POS} trace_pos and {TLS_TRACE_END} trace_end, {TLS_SHADOW_TOP} shadow_top,
+// {TLS_SHADOW_END} shadow_end, {TLS_SHADOW_BASE} shadow_base, {TLS_UNWOUND} unwound, {TLS_ENTRY_ONLY} entry_only; shadow entries of
+// {SH_BYTES} bytes: {SH_RET} the original return address, {SH_SLOT} the return slot, {SH_FN} the function
+// and, aarch64's own use of the spare word, {SH_FP} the frame pointer the function will return
+// with (see instrfn_aarch64_exit); events of {EV_BYTES} bytes, (value << {EV_SHIFT}) | kind, kinds
+// {EV_ENTRY} entry, {EV_EXIT} exit, {EV_NOEXIT} entry without exit; the call-site table of 1 << {SITE_BITS} words
+// (index from bits {SITE_SHIFT} and up as well as 2 and up), entries self_pc | {SITE_PLAIN} (return address may
+// be replaced) or self_pc | {SITE_ENTRY_ONLY} (entries only).
 //
 // Differences from x86_64:
 // - No red zone: the fast path pushes x1/x2 (one 16-byte pair keeps sp 16-byte aligned, which
@@ -40,6 +47,8 @@
 // - The count is bumped with an ldxr/stxr loop: a signal handler that counts on this thread
 //   between the two clears the exclusive monitor (its own stxr, and every exception return,
 //   on ARMv8), so our stxr fails and the loop reloads. The hit path needs no barrier.
+//   Trace mode reserves its event and its shadow entry the same way, one ldxr/stxr loop each
+//   that checks the bound before it stores (nothing to give back when there is no room).
 // - Insert (a new arc while len < limit): the slot is claimed with an ldxr/stxr loop on its
 //   self_pc that gives up (clrex, then probes that slot again) as soon as it loads a nonzero
 //   value, i.e. a signal handler on this thread claimed it between our probe and our stxr.
@@ -49,74 +58,129 @@
 //   (the architecture orders po;[L];coi, like C++'s release sequence), so the gmon writer's
 //   Acquire load of any nonzero count sees from_pc. The release costs nothing on the hit path
 //   and no dmb anywhere. len is bumped with one more ldxr/stxr loop.
-// - No XSAVE detection: the FP/SIMD file is fixed (32 x 128 bits, FPCR, FPSR).
+// - No XSAVE detection: the FP/SIMD file is fixed (32 x 128 bits, FPCR, FPSR); SVE is known
+//   from AT_HWCAP (instrfn_aarch64_sve, set by the load-time constructor).
 // - System calls: `svc #0` with the number in x8 (rt_sigprocmask = 135); only x0 changes.
+//
+// Trace mode on aarch64 (src/arch/aarch64.rs has the Rust side):
+// - The return slot is the frame record's saved x30, [x29, #8]: the epilogue reloads x30 from
+//   there (`ldp x29, x30, [sp], #N; ret`).
+// - Pointer authentication: a function built with -mbranch-protection=pac-ret signs x30
+//   (paciasp/pacibsp, modifier sp) before it saves it and authenticates what it reloads
+//   (autiasp/retaa): an unsigned trampoline address there would fault. Such functions are
+//   traced entry-only (EV_NOEXIT). Whether a function signs is not told reliably by the saved
+//   value (ret != xpaclri(ret)): Linux user pointers have 7 PAC bits, so 1 signed return
+//   address in 128 carries a zero PAC and looks unsigned. It is decided once per call site
+//   from the prologue before the `bl` (src/arch/aarch64.rs `classify`, which also requires a
+//   frame record no deeper than a signal frame below the CFA), kept in the call-site table
+//   instrfn_aarch64_sites; a call site not yet in the table takes the slow path. A
+//   signed-looking value is entry-only whatever the table says. (Signing the trampoline's
+//   address with the function's key and modifier instead would be possible where the
+//   classifier follows the prologue, which tells the CFA: sp at the call plus what the
+//   prologue moved it. But src/trace.rs compares slots with, and writes into them, the one
+//   unsigned trampoline address, when it puts the original addresses back for an unwinder and
+//   re-arms the frames after it: that needs a per-entry replacement value first.)
+// - The exit trampoline cannot find the slot from sp (the frame record's place in the frame
+//   depends on the frame's size), so each shadow entry also keeps the frame pointer the
+//   function will return with (the saved x29 of its frame record): the newest entry is the
+//   returning frame's if that matches x29 (and its slot lies below sp, the function's CFA).
+// - A return slot that already holds the trampoline belongs to a tail call: the slow path
+//   ends the tail-calling function there (src/arch/aarch64.rs `tail_call`).
 
     // Shared data (instrfn_tls, instrfn_enabled, instrfn_all_signals) is in asm/data.s.
 
+    .arch_extension sve
+
     .text
 
-// BLOCK_SIGNALS off: rt_sigprocmask(SIG_BLOCK, all, old = sp + off, 8).
-// RESTORE_SIGNALS off: rt_sigprocmask(SIG_SETMASK, sp + off, NULL, 8).
-//   Raw system calls (no libc, errno untouched); clobber x0-x3, x8.
-    .macro BLOCK_SIGNALS off
+// BLOCK_SIGNALS off, base: rt_sigprocmask(SIG_BLOCK, all, old = base + off, 8).
+// RESTORE_SIGNALS off, base: rt_sigprocmask(SIG_SETMASK, base + off, NULL, 8).
+//   Raw system calls (no libc, errno untouched); clobber x0-x3, x8 (and, per the kernel's
+//   SVE ABI, the SVE state beyond the low 128 bits of each vector: save it first).
+    .macro BLOCK_SIGNALS off, base
     mov     x0, #0
     adrp    x1, instrfn_all_signals
     add     x1, x1, #:lo12:instrfn_all_signals
-    add     x2, sp, #\off
+    add     x2, \base, #\off
     mov     x3, #8
     mov     x8, #135
     svc     #0
     .endm
-    .macro RESTORE_SIGNALS off
+    .macro RESTORE_SIGNALS off, base
     mov     x0, #2
-    add     x1, sp, #\off
+    add     x1, \base, #\off
     mov     x2, #0
     mov     x3, #8
     mov     x8, #135
     svc     #0
     .endm
 
-// instrfn_aarch64_mcount: the fast path of _mcount and mcount.
-//   Entry: x30 = self_pc, x29 = the instrumented function's frame record; sp 16-byte aligned
-//   (an ordinary call).
-//   Registers: x0, x16, x17 and NZCV clobbered, all others preserved; x1/x2 are used as
-//   scratch, saved in a 16-byte push whose CFI rows are below. In the body x0 = from_pc,
-//   x16 = table, x17 = slot offset; the insert path needs no more (x2 = slot address,
-//   x1/x17 = loaded value/status), so every path keeps the same one push and the same CFA
-//   (sp + 16 between the stp and the ldp). The CFA offsets are absolute
-//   (.cfi_def_cfa_offset), not .cfi_adjust_cfa_offset: LLVM's assembler adds adjustments to a
-//   running offset that .cfi_restore_state does not reset, so the second `-16` after the
-//   remembered state came out as CFA = sp - 16.
-//   Hands over to instrfn_aarch64_slow with x0 = from_pc and x30 = self_pc.
+// STRIP dst, src: dst = src without a pointer authentication code (xpaclri works on x30
+//   only, and is a NOP without PAC). Uses x17; x30 comes back as it was.
+    .macro STRIP dst, src
+    mov     x17, x30
+    mov     x30, \src
+    hint    #7                              // xpaclri
+    mov     \dst, x30
+    mov     x30, x17
+    .endm
+
+// FAST_PATH name, kind, self
+//   kind hijack (_mcount, mcount): \self = x30 = self_pc, the return address into the
+//     instrumented function; from_pc is its own return address, in its frame record's return
+//     slot [x29, #8]. Returns through x30.
+//   kind enter / exit (__cyg_profile_func_enter/exit(this_fn = x0, call_site = x1), ordinary
+//     AAPCS64 calls from -finstrument-functions code): this_fn is copied to \self = x9 (free in
+//     an ordinary call), from_pc = call_site. x30 is the caller's return address throughout.
+//     `exit` counts nothing in gmon mode.
+//   Registers: x0, x16, x17 and NZCV clobbered (and x9 for enter/exit); all others preserved.
+//   The gmon body pushes x1/x2 (x0 = from_pc, x16 = table, x17 = slot offset; the insert
+//   path needs no more: x2 = slot address, x1/x17 = loaded value/status), so every gmon path
+//   keeps the same one push and the same CFA (sp + 16 between the stp and the ldp). The trace
+//   body pushes x1-x8 (CFA sp + 64). The CFA offsets are absolute (.cfi_def_cfa_offset), not
+//   .cfi_adjust_cfa_offset: LLVM's assembler adds adjustments to a running offset that
+//   .cfi_restore_state does not reset, so the second `-16` after the remembered state came
+//   out as CFA = sp - 16.
+//   Hands over to instrfn_aarch64_slow with x16 = the Rust function, x0 and x17 its second
+//   and third arguments.
+    .macro FAST_PATH name, kind, self
     .p2align 4
-    .globl instrfn_aarch64_mcount
-    .hidden instrfn_aarch64_mcount
-    .type instrfn_aarch64_mcount,%function
-instrfn_aarch64_mcount:
+    .globl instrfn_aarch64_\name
+    .hidden instrfn_aarch64_\name
+    .type instrfn_aarch64_\name,%function
+instrfn_aarch64_\name:
     .cfi_startproc
+    .ifnc \kind,hijack
+    mov     x9, x0                          // this_fn
+    .endif
     mrs     x16, tpidr_el0
     adrp    x17, :gottprel:instrfn_tls
     ldr     x17, [x17, #:gottprel_lo12:instrfn_tls]
     add     x16, x16, x17                   // &Tls
     ldr     x17, [x16, #{TLS_GUARD}]                  // guard held: runtime code is running here
-    cbnz    x17, .Lout
+    cbnz    x17, .Lout_\name
     adrp    x17, instrfn_enabled
     ldrb    w17, [x17, #:lo12:instrfn_enabled]
-    cbz     w17, .Lout
-    ldr     x16, [x16, #{TLS_TABLE}]                      // this thread's ArcTable
+    cbz     w17, .Lout_\name
+    adrp    x17, instrfn_mode
+    ldrb    w17, [x17, #:lo12:instrfn_mode]
+    cbnz    w17, .Ltrace_\name
+    .ifc \kind,exit
+    b       .Lout_\name
+    .else
+    .ifc \kind,hijack
     ldr     x0, [x29, #8]                   // from_pc: the frame record's saved x30,
-    mov     x17, x30                        // without its pointer authentication code
-    mov     x30, x0
-    hint    #7                              // xpaclri
-    mov     x0, x30
-    mov     x30, x17
-    cbz     x16, instrfn_aarch64_slow
+    STRIP   x0, x0                          // without its pointer authentication code
+    .else
+    STRIP   x0, x1                          // from_pc: call_site
+    .endif
+    ldr     x16, [x16, #{TLS_TABLE}]                      // this thread's ArcTable
+    cbz     x16, .Lslow_\name
     stp     x1, x2, [sp, #-16]!
     .cfi_def_cfa_offset 16
     .cfi_rel_offset x1, 0
     .cfi_rel_offset x2, 8
-    ror     x17, x30, #32                   // slot offset = hash(from_pc, self_pc)
+    ror     x17, \self, #32                   // slot offset = hash(from_pc, self_pc)
     eor     x17, x17, x0
     adrp    x1, instrfn_hash_mul
     ldr     x1, [x1, #:lo12:instrfn_hash_mul]
@@ -124,108 +188,359 @@ instrfn_aarch64_mcount:
     ldrb    w1, [x16, #{TBL_SHIFT}]
     lsr     x17, x17, x1
     lsl     x17, x17, #{SLOT_SHIFT}
-.Lprobe:
+.Lprobe_\name:
     add     x2, x16, x17                    // slot - {SLOT_SELF}
     ldp     x1, x17, [x2, #{SLOT_SELF}]              // slot.self_pc, slot.from_pc
-    cmp     x1, x30
+    cmp     x1, \self
     ccmp    x17, x0, #0, eq
-    b.ne    .Lmiss
+    b.ne    .Lmiss_\name
     add     x2, x2, #{SLOT_COUNT}                    // &slot.count
-.Lcount:
+.Lcount_\name:
     ldxr    x1, [x2]
     add     x1, x1, #1
     stxr    w17, x1, [x2]
-    cbnz    w17, .Lcount                    // a signal handler counted in between: again
-.Lret:
+    cbnz    w17, .Lcount_\name              // a signal handler counted in between: again
+.Lret_\name:
     .cfi_remember_state
     ldp     x1, x2, [sp], #16
     .cfi_def_cfa_offset 0
     .cfi_restore x1
     .cfi_restore x2
-.Lout:
+    .endif
+.Lout_\name:
     ret
+    .ifnc \kind,exit
     .cfi_restore_state
-.Lmiss:
-    cbz     x1, .Linsert                    // empty slot: the arc is not in the table
+.Lmiss_\name:
+    cbz     x1, .Linsert_\name              // empty slot: the arc is not in the table
     sub     x17, x2, x16                    // next slot
     add     x17, x17, #{SLOT_SIZE}
     ldr     x1, [x16, #{TBL_MASK}]
     and     x17, x17, x1
-    b       .Lprobe
-.Linsert:
+    b       .Lprobe_\name
+.Linsert_\name:
     // A new arc, inserted here while the table holds fewer than `limit` arcs.
     // x2 = table + slot offset; x1 and x17 are free.
     ldr     x1, [x16, #{TBL_LEN}]                  // len
     ldr     x17, [x16, #{TBL_LIMIT}]                 // limit
     cmp     x1, x17
-    b.hs    .Lfull
+    b.hs    .Lfull_\name
     add     x2, x2, #{SLOT_SELF}                     // &slot.self_pc
-.Lclaim:
+.Lclaim_\name:
     ldxr    x1, [x2]
-    cbnz    x1, .Lraced                     // a signal handler claimed the slot meanwhile
-    stxr    w17, x30, [x2]                  // claim: self_pc into a slot still 0
-    cbnz    w17, .Lclaim                    // interrupted between ldxr and stxr: again
+    cbnz    x1, .Lraced_\name               // a signal handler claimed the slot meanwhile
+    stxr    w17, \self, [x2]                  // claim: self_pc into a slot still 0
+    cbnz    w17, .Lclaim_\name              // interrupted between ldxr and stxr: again
     str     x0, [x2, #{SLOT_FROM} - {SLOT_SELF}]                  // slot.from_pc
     add     x2, x2, #{SLOT_COUNT} - {SLOT_SELF}                   // &slot.count
-.Lfirst:
+.Lfirst_\name:
     ldxr    x1, [x2]                        // 0, or more if a handler counted our arc meanwhile
     add     x1, x1, #1
     stlxr   w17, x1, [x2]                   // release: self_pc and from_pc before the count
-    cbnz    w17, .Lfirst
+    cbnz    w17, .Lfirst_\name
     add     x2, x16, #{TBL_LEN}                    // &table.len
-.Lbump:
+.Lbump_\name:
     ldxr    x1, [x2]
     add     x1, x1, #1
     stxr    w17, x1, [x2]
-    cbnz    w17, .Lbump
-    b       .Lret
-.Lraced:
+    cbnz    w17, .Lbump_\name
+    b       .Lret_\name
+.Lraced_\name:
     clrex                                   // left between ldxr and stxr
     sub     x17, x2, x16                    // probe this very slot again (x17 = offset)
     sub     x17, x17, #{SLOT_SELF}
-    b       .Lprobe
-.Lfull:
+    b       .Lprobe_\name
+.Lfull_\name:
     // The table holds `limit` arcs: the last table of a chain (INSTRFN_MAX_ARCS reached)
     // counts the call as lost right here; any other grows in the slow path.
     ldrb    w1, [x16, #{TBL_LAST}]
     add     x2, x16, #{TBL_LOST}                   // &table.lost
-    cbnz    w1, .Lbump
+    cbnz    w1, .Lbump_\name
     ldp     x1, x2, [sp], #16
     .cfi_def_cfa_offset 0
     .cfi_restore x1
     .cfi_restore x2
+.Lslow_\name:
+    // x0 = from_pc: instrfn_slow_path(tls, from_pc, self_pc) through its wrapper
+    adrp    x16, instrfn_aarch64_gmon_slow
+    add     x16, x16, #:lo12:instrfn_aarch64_gmon_slow
+    mov     x17, \self
+    b       instrfn_aarch64_slow
+    .endif
+
+.Ltrace_\name:
+    // Trace mode. x16 = &Tls, w17 = the mode (1, or 2: exits off); x0 is free.
+    // In the body: x6 = the event's kind, x4 = our shadow entry (0: none), x5 = the return
+    // slot and x1 its value (hijack only).
+    stp     x1, x2, [sp, #-64]!
+    .cfi_def_cfa_offset 64
+    .cfi_rel_offset x1, 0
+    .cfi_rel_offset x2, 8
+    stp     x3, x4, [sp, #16]
+    .cfi_rel_offset x3, 16
+    .cfi_rel_offset x4, 24
+    stp     x5, x6, [sp, #32]
+    .cfi_rel_offset x5, 32
+    .cfi_rel_offset x6, 40
+    stp     x7, x8, [sp, #48]
+    .cfi_rel_offset x7, 48
+    .cfi_rel_offset x8, 56
+    .ifc \kind,hijack
+    cmp     w17, #2
+    b.eq    .Ltnoexit_\name                 // exits off (INSTRFN_EXITS): entries only
+    add     x5, x29, #8                     // the return slot
+    ldr     x1, [x5]                        // the return address in it
+    STRIP   x2, x1
+    cmp     x1, x2
+    b.ne    .Ltnoexit_\name                 // signed: the function authenticates it
+    adrp    x3, instrfn_aarch64_sites       // how this call site was classified
+    add     x3, x3, #:lo12:instrfn_aarch64_sites
+    eor     x2, x30, x30, lsr #{SITE_SHIFT}
+    ubfx    x2, x2, #2, #{SITE_BITS}
+    ldr     x2, [x3, x2, lsl #3]
+    eor     x2, x2, x30                     // the class if the entry is this site's
+    cmp     x2, #{SITE_ENTRY_ONLY}
+    b.eq    .Ltnoexit_\name
+    cmp     x2, #{SITE_PLAIN}
+    b.ne    .Ltslow_\name                   // not classified yet
+    ldr     x2, [x16, #{TLS_UNWOUND}]
+    cbnz    x2, .Ltslow_\name               // an unwinder ran (or walks): the slow path
+    adr     x3, instrfn_aarch64_exit
+    cmp     x1, x3
+    b.eq    .Ltslow_\name                   // a tail call: the slow path ends the caller
+    ldr     x3, [x16, #{TLS_SHADOW_TOP}]
+    ldr     x2, [x16, #{TLS_SHADOW_BASE}]
+    cmp     x3, x2
+    b.eq    1f
+    ldur    x2, [x3, #{SH_SLOT} - {SH_BYTES}]
+    cmp     x2, x5                          // the newest entry's frame at or below ours is
+    b.ls    .Ltslow_\name                   // gone (longjmp): the slow path closes it
+1:  add     x3, x16, #{TLS_SHADOW_TOP}
+    ldr     x7, [x16, #{TLS_SHADOW_END}]
+2:  ldxr    x4, [x3]                        // reserve our shadow entry
+    add     x2, x4, #{SH_BYTES}
+    cmp     x2, x7
+    b.hi    .Ltfull_\name                   // full: an entry without exit
+    stxr    w17, x2, [x3]
+    cbnz    w17, 2b
+    str     x5, [x4, #{SH_SLOT}]                   // at once: a signal handler compares it
+    mov     x6, #{EV_ENTRY}
+    .else
+    .ifc \kind,exit
+    mov     x6, #{EV_EXIT}
+    .else
+    mov     x6, #{EV_ENTRY}
+    .endif
+    .endif
+.Ltevent_\name:
+    mrs     x2, cntvct_el0                  // timestamp
+    add     x3, x16, #{TLS_TRACE_POS}
+    ldr     x7, [x16, #{TLS_TRACE_END}]
+4:  ldxr    x8, [x3]                        // reserve our event
+    add     x0, x8, #{EV_BYTES}
+    cmp     x0, x7
+    b.hi    .Ltnochunk_\name                // past the chunk's end (or no chunk): slow path
+    stxr    w17, x0, [x3]
+    cbnz    w17, 4b
+    str     x2, [x8]                        // timestamp, then the word that marks it written
+    lsl     x0, \self, #{EV_SHIFT}
+    orr     x0, x0, x6
+    str     x0, [x8, #8]
+    .ifc \kind,hijack
+    cbz     x4, 5f
+    stp     x1, x5, [x4, #{SH_RET}]                // original return address, slot
+    ldr     x0, [x29]                       // the frame pointer it returns with
+    stp     x30, x0, [x4, #{SH_FN}]                // function, frame pointer
+    adr     x0, instrfn_aarch64_exit
+    str     x0, [x5]                        // the function now returns to the exit trampoline
+    b       .Ltret_\name
+5:  add     x3, x16, #{TLS_ENTRY_ONLY}              // an entry without exit: counted
+6:  ldxr    x0, [x3]
+    add     x0, x0, #1
+    stxr    w17, x0, [x3]
+    cbnz    w17, 6b
+    .endif
+    b       .Ltret_\name
+    .ifc \kind,hijack
+.Ltfull_\name:
+    clrex
+.Ltnoexit_\name:
+    mov     x4, #0                          // no shadow entry: an entry without exit
+    mov     x6, #{EV_NOEXIT}
+    b       .Ltevent_\name
+    .endif
+.Ltnochunk_\name:
+    clrex
+    .ifc \kind,hijack
+    cbz     x4, .Ltslow_\name
+    add     x3, x16, #{TLS_SHADOW_TOP}              // give the shadow entry back
+7:  ldxr    x0, [x3]
+    sub     x0, x0, #{SH_BYTES}
+    stxr    w17, x0, [x3]
+    cbnz    w17, 7b
+    .endif
+    b       .Ltslow_\name
+.Ltret_\name:
+    .cfi_remember_state
+    ldp     x7, x8, [sp, #48]
+    ldp     x5, x6, [sp, #32]
+    ldp     x3, x4, [sp, #16]
+    ldp     x1, x2, [sp], #64
+    .cfi_def_cfa_offset 0
+    .cfi_restore x1
+    .cfi_restore x2
+    .cfi_restore x3
+    .cfi_restore x4
+    .cfi_restore x5
+    .cfi_restore x6
+    .cfi_restore x7
+    .cfi_restore x8
+    ret
+    .cfi_restore_state
+.Ltslow_\name:
+    // instrfn_trace_slow(tls, slot, self_pc) through its wrapper: slot = the return slot,
+    // 0 for __cyg_profile_func_enter, 1 for ..._exit
+    ldp     x7, x8, [sp, #48]
+    ldp     x5, x6, [sp, #32]
+    ldp     x3, x4, [sp, #16]
+    ldp     x1, x2, [sp], #64
+    .cfi_def_cfa_offset 0
+    .cfi_restore x1
+    .cfi_restore x2
+    .cfi_restore x3
+    .cfi_restore x4
+    .cfi_restore x5
+    .cfi_restore x6
+    .cfi_restore x7
+    .cfi_restore x8
+    .ifc \kind,hijack
+    add     x0, x29, #8
+    .else
+    .ifc \kind,exit
+    mov     x0, #1
+    .else
+    mov     x0, #0
+    .endif
+    .endif
+    adrp    x16, instrfn_aarch64_trace_slow
+    add     x16, x16, #:lo12:instrfn_aarch64_trace_slow
+    mov     x17, \self
     b       instrfn_aarch64_slow
     .cfi_endproc
-    .size instrfn_aarch64_mcount, .-instrfn_aarch64_mcount
+    .size instrfn_aarch64_\name, .-instrfn_aarch64_\name
+    .endm
 
-// instrfn_aarch64_slow: the slow path.
-//   Entry (by b): x0 = from_pc, x30 = self_pc, x16/x17 free, every other register the
-//   instrumented code's own, sp as at the counting call. Returns through x30 with all of them
-//   restored (x0 too), FPCR/FPSR included; errno is kept by the Rust side.
-//   Frame, 768 bytes, x29 = sp = CFA - 768 (a frame record at the bottom, as gcc lays it out):
-//      +0    x29, x30 (self_pc)        +16   x0 (from_pc), x1     +32 .. +128  x2 .. x15
+// _mcount / mcount: after the prologue (gcc -pg, clang -pg, rustc -Zinstrument-mcount).
+    FAST_PATH mcount, hijack, x30
+// __cyg_profile_func_enter/exit(this_fn, call_site): -finstrument-functions (gcc, clang).
+    FAST_PATH cyg_enter, enter, x9
+    FAST_PATH cyg_exit, exit, x9
+
+// SAVE_VECTORS / RESTORE_VECTORS (in the slow routines, x29 = the frame base, x1 free):
+//   without SVE (or before the constructor has looked), q0-q31 at x29 + 272; with SVE, z0-z31
+//   and p0-p15 whole in an area of 34 vector lengths below the frame (sp moves down, x29
+//   stays). Why the whole SVE state: the slow path's system calls discard everything beyond
+//   the low 128 bits of each Z register and all P registers (the kernel's SVE ABI), and any
+//   NEON write in the Rust code or in libc (memcpy) zeroes a Z register's upper bits; where
+//   SVE is live at these points (SVE arguments at a `bl _mcount`, SVE results at the exit
+//   trampoline, the callee-saved z8-z23/p4-p15 of the SVE procedure call standard) it must
+//   survive. FFR is not saved (no calling convention keeps it).
+    .macro SAVE_VECTORS
+    adrp    x1, instrfn_aarch64_sve
+    ldrb    w1, [x1, #:lo12:instrfn_aarch64_sve]
+    cbnz    w1, 8f
+    stp     q0, q1, [x29, #272]
+    stp     q2, q3, [x29, #304]
+    stp     q4, q5, [x29, #336]
+    stp     q6, q7, [x29, #368]
+    stp     q8, q9, [x29, #400]
+    stp     q10, q11, [x29, #432]
+    stp     q12, q13, [x29, #464]
+    stp     q14, q15, [x29, #496]
+    stp     q16, q17, [x29, #528]
+    stp     q18, q19, [x29, #560]
+    stp     q20, q21, [x29, #592]
+    stp     q22, q23, [x29, #624]
+    stp     q24, q25, [x29, #656]
+    stp     q26, q27, [x29, #688]
+    stp     q28, q29, [x29, #720]
+    stp     q30, q31, [x29, #752]
+    b       9f
+8:  addvl   sp, sp, #-32
+    addvl   sp, sp, #-2
+    .irp n, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31
+    str     z\n, [sp, #\n, mul vl]
+    .endr
+    addvl   x1, sp, #31
+    addvl   x1, x1, #1
+    .irp n, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15
+    str     p\n, [x1, #\n, mul vl]
+    .endr
+9:
+    .endm
+    .macro RESTORE_VECTORS
+    adrp    x1, instrfn_aarch64_sve
+    ldrb    w1, [x1, #:lo12:instrfn_aarch64_sve]
+    cbnz    w1, 8f
+    ldp     q0, q1, [x29, #272]
+    ldp     q2, q3, [x29, #304]
+    ldp     q4, q5, [x29, #336]
+    ldp     q6, q7, [x29, #368]
+    ldp     q8, q9, [x29, #400]
+    ldp     q10, q11, [x29, #432]
+    ldp     q12, q13, [x29, #464]
+    ldp     q14, q15, [x29, #496]
+    ldp     q16, q17, [x29, #528]
+    ldp     q18, q19, [x29, #560]
+    ldp     q20, q21, [x29, #592]
+    ldp     q22, q23, [x29, #624]
+    ldp     q24, q25, [x29, #656]
+    ldp     q26, q27, [x29, #688]
+    ldp     q28, q29, [x29, #720]
+    ldp     q30, q31, [x29, #752]
+    b       9f
+8:  addvl   x1, sp, #31
+    addvl   x1, x1, #1
+    .irp n, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15
+    ldr     p\n, [x1, #\n, mul vl]
+    .endr
+    .irp n, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31
+    ldr     z\n, [sp, #\n, mul vl]
+    .endr
+9:
+    .endm
+
+// SLOW_ROUTINE name, arg, argoff: the slow paths.
+//   instrfn_aarch64_slow (arg x0), from the fast paths: x16 = the Rust function, x0 and x17
+//   its second and third arguments, x30 = the return address; every other register the
+//   instrumented code's own (x0 and x16/x17 are free), sp as at the counting call.
+//   instrfn_aarch64_exit_slow (arg x15), from the exit trampoline: the same with the second
+//   argument in x15 (x0 is a return value there).
+//   Calls fn(&Tls, arg, x17) with the guard held and every signal blocked; fn returns the
+//   address to return to, or 0 for x30 as it came. Returns there with every register
+//   restored (but x16, x17 and, as the routine came, x30), FPCR/FPSR and the vector state
+//   included; errno is kept by the Rust side.
+//   Frame, 784 bytes, x29 = sp = CFA - 784 (a frame record at the bottom, as gcc lays it out):
+//      +0    x29, x30                  +16   x0, x1               +32 .. +128  x2 .. x15
 //      +144  x18, x19                  +160 .. +208  x20 .. x27
 //      +224  x28, FPSR                 +240  FPCR, old signal mask
-//      +256  q0 .. q31 (16 bytes each, up to the CFA)
+//      +256  the Rust function, x17    +272  q0 .. q31 (16 bytes each, up to the CFA)
+//      below, with SVE: z0-z31, p0-p15 (see SAVE_VECTORS)
 //   x19 holds &Tls across the call (callee-saved, and saved above for the caller).
-    .set .Lslow_frame, 768
+    .set .Lslow_frame, 784
 
     .macro SAVE_PAIR a, b, off
     stp     \a, \b, [sp, #\off]
     .cfi_offset \a, \off - .Lslow_frame
     .cfi_offset \b, \off + 8 - .Lslow_frame
     .endm
-    .macro SAVE_Q a, b, off
-    stp     \a, \b, [sp, #\off]
-    .cfi_offset \a, \off - .Lslow_frame
-    .cfi_offset \b, \off + 16 - .Lslow_frame
-    .endm
 
+    .macro SLOW_ROUTINE name, arg, argoff
     .p2align 4
-    .globl instrfn_aarch64_slow
-    .hidden instrfn_aarch64_slow
-    .type instrfn_aarch64_slow,%function
-instrfn_aarch64_slow:
+    .globl \name
+    .hidden \name
+    .type \name,%function
+\name:
     .cfi_startproc
     sub     sp, sp, #.Lslow_frame
     .cfi_def_cfa_offset .Lslow_frame
@@ -247,29 +562,15 @@ instrfn_aarch64_slow:
     SAVE_PAIR x26, x27, 208
     str     x28, [sp, #224]
     .cfi_offset x28, 224 - .Lslow_frame
-    SAVE_Q  q0, q1, 256
-    SAVE_Q  q2, q3, 288
-    SAVE_Q  q4, q5, 320
-    SAVE_Q  q6, q7, 352
-    SAVE_Q  q8, q9, 384
-    SAVE_Q  q10, q11, 416
-    SAVE_Q  q12, q13, 448
-    SAVE_Q  q14, q15, 480
-    SAVE_Q  q16, q17, 512
-    SAVE_Q  q18, q19, 544
-    SAVE_Q  q20, q21, 576
-    SAVE_Q  q22, q23, 608
-    SAVE_Q  q24, q25, 640
-    SAVE_Q  q26, q27, 672
-    SAVE_Q  q28, q29, 704
-    SAVE_Q  q30, q31, 736
+    stp     x16, x17, [sp, #256]
     mrs     x1, fpsr
     mrs     x2, fpcr
     str     x1, [sp, #232]
     str     x2, [sp, #240]
+    SAVE_VECTORS
 
     // Block every signal (see the reference for why).
-    BLOCK_SIGNALS 248
+    BLOCK_SIGNALS 248, x29
 
     mrs     x19, tpidr_el0
     adrp    x16, :gottprel:instrfn_tls
@@ -278,33 +579,21 @@ instrfn_aarch64_slow:
     mov     x16, #1
     str     x16, [x19, #{TLS_GUARD}]                  // guard: counting calls made by the runtime return
     mov     x0, x19                         // arg 0: &Tls
-    ldr     x1, [sp, #16]                   // arg 1: from_pc
-    ldr     x2, [sp, #8]                    // arg 2: self_pc
-    bl      instrfn_slow_path
+    ldr     x1, [x29, #\argoff]             // arg 1
+    ldp     x16, x2, [x29, #256]            // arg 2 (x17), and the function
+    blr     x16
     str     xzr, [x19, #{TLS_GUARD}]
+    cbz     x0, 1f
+    str     x0, [x29, #8]                   // return there
+1:
+    RESTORE_SIGNALS 248, x29
+    RESTORE_VECTORS
 
-    RESTORE_SIGNALS 248
-
-    ldr     x1, [sp, #232]
-    ldr     x2, [sp, #240]
+    ldr     x1, [x29, #232]
+    ldr     x2, [x29, #240]
     msr     fpsr, x1
     msr     fpcr, x2
-    ldp     q0, q1, [sp, #256]
-    ldp     q2, q3, [sp, #288]
-    ldp     q4, q5, [sp, #320]
-    ldp     q6, q7, [sp, #352]
-    ldp     q8, q9, [sp, #384]
-    ldp     q10, q11, [sp, #416]
-    ldp     q12, q13, [sp, #448]
-    ldp     q14, q15, [sp, #480]
-    ldp     q16, q17, [sp, #512]
-    ldp     q18, q19, [sp, #544]
-    ldp     q20, q21, [sp, #576]
-    ldp     q22, q23, [sp, #608]
-    ldp     q24, q25, [sp, #640]
-    ldp     q26, q27, [sp, #672]
-    ldp     q28, q29, [sp, #704]
-    ldp     q30, q31, [sp, #736]
+    mov     sp, x29
     ldp     x0, x1, [sp, #16]
     ldp     x2, x3, [sp, #32]
     ldp     x4, x5, [sp, #48]
@@ -325,7 +614,94 @@ instrfn_aarch64_slow:
     .cfi_def_cfa_offset 0
     ret
     .cfi_endproc
-    .size instrfn_aarch64_slow, .-instrfn_aarch64_slow
+    .size \name, .-\name
+    .endm
+
+    SLOW_ROUTINE instrfn_aarch64_slow, x0, 16
+    SLOW_ROUTINE instrfn_aarch64_exit_slow, x15, 136
+
+// instrfn_aarch64_exit: where an instrumented function returns to in trace mode.
+//   Entry (by the function's ret): sp = the function's CFA, x29 = the frame pointer it
+//   restored (its caller's), x0-x8 and v0-v7 (z0-z7, p0-p3 with SVE) may hold its result, x8
+//   the indirect result address. Preserved: x0-x8, x18-x29, sp, all FP/SIMD/SVE state
+//   (the fast part touches none of it; the slow part saves it all). Clobbered: x9-x17 and
+//   NZCV (the caller may not expect them after a return); x30 comes back as the original
+//   return address, where we return (`ret`, so a BTI-guarded caller needs no landing pad).
+//   The newest shadow entry is the returning frame's if its frame pointer is x29 and its slot
+//   lies below sp: it is popped (after reading it: a signal handler pushes above it until
+//   then), the exit event written, and we return to its original return address. Anything
+//   else (frames left behind by longjmp, an unwinder that ran, no room for the event) goes to
+//   instrfn_aarch64_exit_slow.
+//   The CFI marks the return address undefined: an unwinder that reaches this trampoline stops
+//   here (the unwinder entry points are wrapped to put the real return addresses back first,
+//   src/interpose.c). The nop before the label puts a return address that points at the label
+//   (looked up as address - 1) inside this FDE.
+    .p2align 4
+    .globl instrfn_aarch64_exit
+    .hidden instrfn_aarch64_exit
+    .type instrfn_aarch64_exit,%function
+    .cfi_startproc
+    .cfi_undefined x30
+    nop
+instrfn_aarch64_exit:
+    mrs     x16, tpidr_el0
+    adrp    x17, :gottprel:instrfn_tls
+    ldr     x17, [x17, #:gottprel_lo12:instrfn_tls]
+    add     x16, x16, x17                   // &Tls
+    ldr     x17, [x16, #{TLS_UNWOUND}]
+    cbnz    x17, .Lexit_slow
+    ldr     x9, [x16, #{TLS_SHADOW_TOP}]
+    ldr     x10, [x16, #{TLS_SHADOW_BASE}]
+    cmp     x9, x10
+    b.ls    .Lexit_slow                     // no entry (cannot be): the slow path says so
+    ldp     x10, x11, [x9, #{SH_RET} - {SH_BYTES}]     // original return address, slot
+    ldp     x12, x13, [x9, #{SH_FN} - {SH_BYTES}]      // function, frame pointer
+    cmp     x13, x29
+    b.ne    .Lexit_slow                     // not the returning frame's
+    cmp     sp, x11
+    b.ls    .Lexit_slow
+    sub     x9, x9, #{SH_BYTES}
+    str     x9, [x16, #{TLS_SHADOW_TOP}]                // popped
+    mov     x30, x10                        // we return there
+    ldr     x17, [x16, #{TLS_GUARD}]
+    cbnz    x17, .Lexit_out
+    adrp    x17, instrfn_enabled
+    ldrb    w17, [x17, #:lo12:instrfn_enabled]
+    cbz     w17, .Lexit_out
+    mrs     x11, cntvct_el0                 // timestamp
+    add     x14, x16, #{TLS_TRACE_POS}
+    ldr     x13, [x16, #{TLS_TRACE_END}]
+1:  ldxr    x9, [x14]                       // reserve our event
+    add     x10, x9, #{EV_BYTES}
+    cmp     x10, x13
+    b.hi    .Lexit_nochunk
+    stxr    w15, x10, [x14]
+    cbnz    w15, 1b
+    str     x11, [x9]
+    lsl     x12, x12, #{EV_SHIFT}
+    orr     x12, x12, #{EV_EXIT}
+    str     x12, [x9, #8]
+.Lexit_out:
+    ret
+.Lexit_nochunk:
+    // Popped already: the exit event from the slow path, instrfn_trace_slow(tls, 1, function)
+    clrex
+    mov     x15, #1
+    mov     x17, x12
+    adrp    x16, instrfn_aarch64_trace_slow
+    add     x16, x16, #:lo12:instrfn_aarch64_trace_slow
+    b       instrfn_aarch64_exit_slow
+.Lexit_slow:
+    // instrfn_aarch64_trace_exit(tls, sp = the function's CFA, x29): finds the returning
+    // frame's entry, closes the ones above it, pops it, writes its exit, returns its original
+    // return address
+    mov     x15, sp
+    mov     x17, x29
+    adrp    x16, instrfn_aarch64_trace_exit
+    add     x16, x16, #:lo12:instrfn_aarch64_trace_exit
+    b       instrfn_aarch64_exit_slow
+    .cfi_endproc
+    .size instrfn_aarch64_exit, .-instrfn_aarch64_exit
 
 // instrfn_aarch64_guarded: run a runtime entry point with this thread's guard held and all
 //   signals blocked (as on x86_64, also when called from a signal handler).
@@ -361,7 +737,7 @@ instrfn_aarch64_guarded:
     mov     x20, x0
     mov     x21, x1
     mov     x22, x2
-    BLOCK_SIGNALS 64
+    BLOCK_SIGNALS 64, sp
     bl      __errno_location
     ldr     w0, [x0]
     str     w0, [sp, #72]
@@ -383,7 +759,7 @@ instrfn_aarch64_guarded:
     bl      __errno_location
     ldr     w1, [sp, #72]
     str     w1, [x0]
-    RESTORE_SIGNALS 64
+    RESTORE_SIGNALS 64, sp
     mov     x0, x19
     ldp     x23, x24, [sp, #48]
     ldp     x21, x22, [sp, #32]
@@ -445,3 +821,61 @@ instrfn_call_on_stack:
     ret
     .cfi_endproc
     .size instrfn_call_on_stack, .-instrfn_call_on_stack
+
+// instrfn_aarch64_class_get: x0 = address of this thread's call-site class word, which the
+//   trace slow path sets for `replaceable` (src/arch/aarch64.rs) while it records one call.
+//   Clobbers x16 only.
+    .p2align 4
+    .globl instrfn_aarch64_class_get
+    .hidden instrfn_aarch64_class_get
+    .type instrfn_aarch64_class_get,%function
+instrfn_aarch64_class_get:
+    .cfi_startproc
+    mrs     x0, tpidr_el0
+    adrp    x16, :gottprel:instrfn_aarch64_class
+    ldr     x16, [x16, #:gottprel_lo12:instrfn_aarch64_class]
+    add     x0, x0, x16
+    ret
+    .cfi_endproc
+    .size instrfn_aarch64_class_get, .-instrfn_aarch64_class_get
+
+    .section .tbss,"awT",%nobits
+    .p2align 3
+    .type instrfn_aarch64_class,%object
+    .size instrfn_aarch64_class, 8
+instrfn_aarch64_class:
+    .zero 8
+
+// The call-site table of trace mode (see the header): written by the slow path, read by the
+// fast path; every entry names its site, so a collision only costs a slow path.
+    .bss
+    .p2align 4
+    .globl instrfn_aarch64_sites
+    .hidden instrfn_aarch64_sites
+    .type instrfn_aarch64_sites,%object
+    .size instrfn_aarch64_sites, 8 << {SITE_BITS}
+instrfn_aarch64_sites:
+    .zero 8 << {SITE_BITS}
+
+// Nonzero where the CPU has SVE (AT_HWCAP), set by instrfn_aarch64_init at load time. Read by
+// the slow paths (SAVE_VECTORS).
+    .data
+    .p2align 3
+    .globl instrfn_aarch64_sve
+    .hidden instrfn_aarch64_sve
+    .type instrfn_aarch64_sve,%object
+    .size instrfn_aarch64_sve, 1
+instrfn_aarch64_sve:
+    .byte 0
+
+// Rust functions the assembly calls: internal (libinstrfn.so exports none of them).
+    .hidden instrfn_aarch64_init
+    .hidden instrfn_aarch64_gmon_slow
+    .hidden instrfn_aarch64_trace_slow
+    .hidden instrfn_aarch64_trace_exit
+
+    .section .init_array,"aw",%init_array
+    .p2align 3
+    .quad instrfn_aarch64_init
+
+    .text

@@ -798,3 +798,42 @@ pub fn count_of(counts: &BTreeMap<(String, String), u64>, kind: &str, name: &str
         .copied()
         .unwrap_or(0)
 }
+
+/// Checks one process of a calltree.c trace (T threads, K rounds) whose functions all sign
+/// their return addresses (aarch64 pac-ret), so each call is an entry without exit: every
+/// worker thread's events are exactly [`calltree_worker`]'s entries as `entry-no-exit`, with
+/// no exit, the main thread's `entry-no-exit main`; timestamps never decrease within a thread.
+pub fn assert_calltree_entries_only(p: &DumpProcess, t: usize, k: usize, context: &str) {
+    let entries_only = |seq: Vec<(String, String)>| -> Vec<(String, String)> {
+        seq.into_iter()
+            .filter(|(kind, _)| kind == "entry")
+            .map(|(_, name)| ("entry-no-exit".to_string(), name))
+            .collect()
+    };
+    let worker = entries_only(calltree_worker(k));
+    let main = vec![("entry-no-exit".to_string(), "main".to_string())];
+    let (mut workers, mut mains) = (0, 0);
+    for (tid, events) in &p.threads {
+        let seq: Vec<(String, String)> = events
+            .iter()
+            .map(|e| (e.kind.clone(), e.name.clone()))
+            .collect();
+        if seq == worker {
+            workers += 1;
+        } else if seq == main {
+            mains += 1;
+        } else {
+            panic!(
+                "{context}: thread {tid} has an unexpected sequence:\n{seq:?}\n{}",
+                p.header
+            );
+        }
+        for w in events.windows(2) {
+            assert!(
+                w[1].ns >= w[0].ns,
+                "{context}: thread {tid}: time went back: {w:?}"
+            );
+        }
+    }
+    assert_eq!((workers, mains), (t, 1), "{context}: {}", p.header);
+}

@@ -1,0 +1,706 @@
+//! Trace mode on aarch64, under qemu-user: golden call trees for every compiler and entry kind
+//! (gcc -pg, clang 14 -pg, -finstrument-functions, pac-ret), preloaded and linked statically;
+//! pac-ret code whose saved return addresses look unsigned; the exit trampoline's registers;
+//! a Rust program built with -Zinstrument-mcount.
+
+mod common;
+
+use common::*;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The compiler of a fixture object.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Compiler {
+    Gcc,
+    Clang,
+}
+
+/// Compiles `tests/fixtures/c/<src>` for aarch64 with `-O2 -c` and `flags` into `<dir>/<obj>`.
+fn compile(compiler: Compiler, dir: &Path, src: &str, flags: &[&str], obj: &str) -> PathBuf {
+    let obj = dir.join(obj);
+    let source = fixture(&format!("c/{src}"));
+    let mut args: Vec<&OsStr> = ["-O2", "-c"].iter().map(OsStr::new).collect();
+    args.extend(flags.iter().map(OsStr::new));
+    args.push(source.as_os_str());
+    match compiler {
+        Compiler::Gcc => cc(AARCH64, &args, &obj),
+        Compiler::Clang => {
+            // Debian's clang cross-compiles with the gcc cross toolchain's headers.
+            require_tool("clang");
+            run_ok(
+                Command::new("clang")
+                    .arg("--target=aarch64-linux-gnu")
+                    .args(&args)
+                    .arg("-o")
+                    .arg(&obj),
+            );
+            obj
+        }
+    }
+}
+
+/// How the runtime gets into the program.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Link {
+    /// Run with LD_PRELOAD=libinstrfn.so (through qemu's -E).
+    Preload,
+    /// libinstrfn.a linked in; traced by environment alone.
+    Static,
+}
+
+/// Links `obj` (no -pg at link time) for `link` into `<dir>/<stem>-<link>`.
+fn link(dir: &Path, obj: &Path, stem: &str, link: Link) -> PathBuf {
+    let lib = runtime_lib(AARCH64, Lib::Static);
+    let mut args: Vec<&OsStr> = vec![obj.as_os_str()];
+    if link == Link::Static {
+        args.push(lib.as_os_str());
+    }
+    args.extend([OsStr::new("-lpthread"), OsStr::new("-ldl")]);
+    cc(AARCH64, &args, &dir.join(format!("{stem}-{link:?}")))
+}
+
+/// Runs `exe` under qemu in trace mode, writing into a fresh `<dir>/trace-<link>`: returns its
+/// stdout and the trace directory.
+fn run_traced(
+    exe: &Path,
+    args: &[&str],
+    link: Link,
+    extra: &[(&str, &str)],
+    dir: &Path,
+) -> (String, PathBuf) {
+    let trace = dir.join(format!("trace-{link:?}"));
+    let _ = std::fs::remove_dir_all(&trace); // the previous run's
+    let trace_s = trace.display().to_string();
+    let preload = runtime_lib(AARCH64, Lib::Shared).display().to_string();
+    let mut env = vec![
+        ("INSTRFN_MODE", "trace"),
+        ("INSTRFN_OUTPUT", trace_s.as_str()),
+    ];
+    if link == Link::Preload {
+        env.push(("LD_PRELOAD", preload.as_str()));
+    }
+    env.extend_from_slice(extra);
+    let out = run_exe(AARCH64, exe, args, &env, dir);
+    (String::from_utf8_lossy(&out.stdout).into_owned(), trace)
+}
+
+/// What a calltree.c build must trace: every entry and exit, or (pac-ret: every function signs
+/// its return address) entries without exit only.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Expect {
+    Exits,
+    EntriesOnly,
+}
+
+const T: usize = 4;
+const K: usize = 5;
+
+fn golden(compiler: Compiler, flags: &[&str], expect: Expect) {
+    let name = format!("aarch64-trace-{compiler:?}{}", flags.join(""));
+    let dir = workdir(&name);
+    let obj = compile(compiler, &dir, "calltree.c", flags, "calltree.o");
+    let args = [T.to_string(), K.to_string()];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    for link_kind in [Link::Preload, Link::Static] {
+        let exe = link(&dir, &obj, "calltree", link_kind);
+        let context = format!("{name} {link_kind:?}");
+        // The program runs as it does without instrfn.
+        let plain = run_exe(AARCH64, &exe, &args, &[], &dir);
+        let (out, trace) = run_traced(&exe, &args, link_kind, &[], &dir);
+        assert_eq!(out, String::from_utf8_lossy(&plain.stdout), "{context}");
+        assert_eq!(out.trim(), format!("calltree {T} {K}"), "{context}");
+        let procs = instrfn_dump(&trace);
+        assert_eq!(procs.len(), 1, "{context}");
+        match expect {
+            Expect::Exits => assert_calltree(&procs[0], T, K, &context),
+            Expect::EntriesOnly => assert_calltree_entries_only(&procs[0], T, K, &context),
+        }
+    }
+}
+
+/// gcc -pg: `mov x0, x30; bl _mcount` after the frame record is set up. With
+/// INSTRFN_EXITS=off (mode 2 of the fast path) nothing is replaced: entries only.
+#[test]
+fn aarch64_trace_golden_gcc_pg() {
+    golden(Compiler::Gcc, &["-pg"], Expect::Exits);
+    let dir = workdir("aarch64-trace-exits-off");
+    let obj = compile(Compiler::Gcc, &dir, "calltree.c", &["-pg"], "calltree.o");
+    let args = [T.to_string(), K.to_string()];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    for link_kind in [Link::Preload, Link::Static] {
+        let exe = link(&dir, &obj, "calltree", link_kind);
+        let (_, trace) = run_traced(&exe, &args, link_kind, &[("INSTRFN_EXITS", "off")], &dir);
+        let context = format!("INSTRFN_EXITS=off {link_kind:?}");
+        assert_calltree_entries_only(&instrfn_dump(&trace)[0], T, K, &context);
+    }
+}
+
+/// gmon mode counts the arcs of -finstrument-functions code (call_site -> this_fn) like
+/// mcount's, exactly, and `__cyg_profile_func_exit` counts nothing.
+#[test]
+fn aarch64_gmon_instrument_functions_arcs() {
+    let dir = workdir("aarch64-gmon-cyg");
+    let obj = compile(
+        Compiler::Gcc,
+        &dir,
+        "calltree.c",
+        &["-finstrument-functions"],
+        "calltree.o",
+    );
+    let (t, k) = (T as u64, K as u64);
+    let args = [T.to_string(), K.to_string()];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let preload = runtime_lib(AARCH64, Lib::Shared).display().to_string();
+    for link_kind in [Link::Preload, Link::Static] {
+        let exe = link(&dir, &obj, "calltree", link_kind);
+        let env: &[(&str, &str)] = match link_kind {
+            Link::Preload => &[("LD_PRELOAD", preload.as_str())],
+            Link::Static => &[],
+        };
+        run_exe(AARCH64, &exe, &args, env, &dir);
+        let arcs = gprof_arcs(AARCH64, &exe, &dir.join("gmon.out"));
+        assert_arcs(
+            &arcs,
+            &[
+                ("run", "a", t * k),
+                ("a", "b", 2 * t * k),
+                ("b", "c", 2 * t * k),
+            ],
+            &format!("gmon -finstrument-functions {link_kind:?}"),
+        );
+    }
+}
+
+/// clang 14 -pg: a bare `bl _mcount` (x0 holds an argument); the caller is in the frame record.
+#[test]
+fn aarch64_trace_golden_clang_pg() {
+    golden(Compiler::Clang, &["-pg"], Expect::Exits);
+}
+
+/// -finstrument-functions: `__cyg_profile_func_enter/exit`, ordinary calls, no replacement.
+#[test]
+fn aarch64_trace_golden_instrument_functions() {
+    golden(Compiler::Gcc, &["-finstrument-functions"], Expect::Exits);
+    // clang instruments the calls of functions it inlined (atoi in main) unless told otherwise
+    golden(
+        Compiler::Clang,
+        &["-finstrument-functions-after-inlining"],
+        Expect::Exits,
+    );
+}
+
+/// -mbranch-protection=pac-ret: every function signs its return address (paciasp) and
+/// authenticates it before it returns, so it is never replaced: the program runs unchanged and
+/// every call is an entry without exit (docs: README, asm/aarch64.s). `standard` adds BTI.
+#[test]
+fn aarch64_trace_golden_pac_ret() {
+    golden(
+        Compiler::Gcc,
+        &["-pg", "-mbranch-protection=pac-ret"],
+        Expect::EntriesOnly,
+    );
+    golden(
+        Compiler::Gcc,
+        &["-pg", "-mbranch-protection=standard"],
+        Expect::EntriesOnly,
+    );
+    golden(
+        Compiler::Clang,
+        &["-pg", "-mbranch-protection=pac-ret"],
+        Expect::EntriesOnly,
+    );
+}
+
+/// pac-ret code whose signed return addresses take thousands of different PACs (the stack
+/// pointer is the modifier, pacmix.c moves it): with 7 PAC bits about 1 in 128 is zero and
+/// looks unsigned. None may be replaced (the call site is known to sign), so the program runs
+/// to the end with every signed call entry-only, while the function built without pac-ret in
+/// the same program keeps its exits.
+#[test]
+fn aarch64_trace_pac_ret_zero_pacs() {
+    const N: u64 = 3000;
+    let dir = workdir("aarch64-trace-pacmix");
+    let obj = compile(
+        Compiler::Gcc,
+        &dir,
+        "pacmix.c",
+        &["-pg", "-mbranch-protection=pac-ret"],
+        "pacmix.o",
+    );
+    let n = N.to_string();
+    for link_kind in [Link::Preload, Link::Static] {
+        let exe = link(&dir, &obj, "pacmix", link_kind);
+        let context = format!("pacmix {link_kind:?}");
+        let (out, trace) = run_traced(&exe, &[&n], link_kind, &[], &dir);
+        let zero: u64 = out
+            .trim()
+            .strip_prefix(&format!("pacmix {N} zero-pac "))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{context}: {out}"));
+        assert!(zero > 0, "{context}: no zero PAC in {N} calls: {out}");
+        let procs = instrfn_dump(&trace);
+        let counts = assert_balanced(&procs[0], &context);
+        for (kind, name, calls) in [
+            ("entry-no-exit", "main", 1),
+            ("entry-no-exit", "mover", N),
+            ("entry-no-exit", "signer", N),
+            ("entry", "plain", N),
+            ("exit", "plain", N),
+        ] {
+            assert_eq!(
+                count_of(&counts, kind, name),
+                calls,
+                "{context}: {kind} {name}: {counts:?}"
+            );
+        }
+    }
+}
+
+/// Builds the exit-trampoline register harness (regs/aarch64_exit.S + aarch64_exit.c) with
+/// `extra` objects or libraries.
+fn exit_harness(dir: &Path, extra: &[&OsStr], out: &str) -> PathBuf {
+    let driver = fixture("regs/aarch64_exit.c");
+    let harness = fixture("regs/aarch64_exit.S");
+    let mut args: Vec<&OsStr> = vec![OsStr::new("-O1"), driver.as_os_str(), harness.as_os_str()];
+    args.extend_from_slice(extra);
+    // Eager binding: the loader's lazy PLT resolver (not instrfn) keeps q0-q7 only.
+    args.extend([OsStr::new("-Wl,-z,now"), OsStr::new("-lpthread")]);
+    cc(AARCH64, &args, &dir.join(out))
+}
+
+/// The exit trampoline keeps every register a function returns in (x0-x8 with x8 the indirect
+/// result address, v0-v31 whole; z0-z31 and p0-p15 under qemu's default CPU, which has SVE),
+/// every callee-saved one, FPCR, FPSR and errno: on its fast path (kind 0), its slow path
+/// (kind 1: a frame left behind above the returning one; INSTRFN_BUFSIZE=4096: the chunk
+/// fills, also at exits), and the entry's slow path (kind 2: sentinels loaded before the call
+/// of _mcount, a new thread for each call). Statically linked and preloaded; the trace shows
+/// every call.
+#[test]
+fn aarch64_trace_exit_registers() {
+    const N: u64 = 1500;
+    let dir = workdir("aarch64-trace-exit-regs");
+    let lib = runtime_lib(AARCH64, Lib::Static);
+    let linked = exit_harness(
+        &dir,
+        &[lib.as_os_str(), OsStr::new("-ldl")],
+        "exit-regs-static",
+    );
+    let plain = exit_harness(&dir, &[], "exit-regs");
+    let n = N.to_string();
+    for (exe, link_kind) in [(&linked, Link::Static), (&plain, Link::Preload)] {
+        for (kind, calls, extra) in [
+            ("0", N, &[][..]),
+            ("1", N, &[][..]),
+            ("0", N, &[("INSTRFN_BUFSIZE", "4096")][..]),
+            ("1", N, &[("INSTRFN_BUFSIZE", "4096")][..]),
+            ("2", 40, &[][..]),
+        ] {
+            let context = format!("{} kind {kind} {extra:?}", exe.display());
+            let calls_s = calls.to_string();
+            let args = [kind, if kind == "2" { "40" } else { n.as_str() }];
+            let (out, trace) = run_traced(exe, &args, link_kind, extra, &dir);
+            assert_eq!(out.trim(), format!("ok {calls_s} sve"), "{context}");
+            let procs = instrfn_dump(&trace);
+            assert_eq!(procs.len(), 1, "{context}");
+            let counts = assert_balanced(&procs[0], &context);
+            let target = if kind == "2" {
+                "instrfn_exit_target2"
+            } else {
+                "instrfn_exit_target"
+            };
+            assert_eq!(count_of(&counts, "entry", target), calls, "{context}");
+            assert_eq!(count_of(&counts, "exit", target), calls, "{context}");
+            let inner = if kind == "1" { calls } else { 0 };
+            assert_eq!(
+                count_of(&counts, "unwound", "instrfn_exit_inner"),
+                inner,
+                "{context}"
+            );
+        }
+    }
+}
+
+/// A test that cannot fail proves nothing: the harness, linked against a fake `_mcount` whose
+/// exit trampoline clobbers one register, must name it: a result register, a callee-saved one,
+/// the upper half of a vector result, a Z register beyond its low 128 bits (what a NEON write
+/// does), a predicate, and the indirect result address.
+#[test]
+fn aarch64_exit_harness_catches_a_clobbering_trampoline() {
+    let dir = workdir("aarch64-trace-exit-regs-negative");
+    let fake = dir.join("fake.S");
+    std::fs::write(&fake, FAKE_EXIT).unwrap();
+    let exe = exit_harness(&dir, &[fake.as_os_str()], "exit-regs-fake");
+    let out = run_exe(AARCH64, &exe, &["0", "3", "0"], &[], &dir);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok 3 sve");
+    for (which, index, what) in [
+        ("1", 3, "x3"),
+        ("2", 21, "x21"),
+        ("3", 43, "v5 upper half"),
+        ("4", 104, "z6 beyond 128 bits"),
+        ("5", 132, "p2"),
+        ("6", 8, "x8"),
+    ] {
+        let out = run(&mut command(AARCH64, &exe, &["0", "3", which], &[], &dir));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{what} passed: {stderr}");
+        assert!(
+            stderr.contains(&format!("register #{index} clobbered")),
+            "{what} (#{index}): {stderr}"
+        );
+    }
+}
+
+/// A fake `_mcount` that replaces the return address with its own exit, which clobbers the
+/// register `instrfn_exit_fake` selects and returns to the original.
+const FAKE_EXIT: &str = "    .arch armv8-a+sve
+    .data
+    .globl instrfn_exit_fake
+instrfn_exit_fake: .word 0
+    .p2align 3
+fake_ret: .quad 0
+    .text
+    .globl _mcount
+_mcount:
+    ldr x16, [x29, #8]
+    adrp x17, fake_ret
+    str x16, [x17, #:lo12:fake_ret]
+    adr x16, fake_exit
+    str x16, [x29, #8]
+    ret
+fake_exit:
+    adrp x16, instrfn_exit_fake
+    ldr w16, [x16, #:lo12:instrfn_exit_fake]
+    cmp w16, #1
+    b.ne 1f
+    mov x3, xzr
+1:  cmp w16, #2
+    b.ne 2f
+    mov x21, xzr
+2:  cmp w16, #3
+    b.ne 3f
+    mov v5.d[1], xzr
+3:  cmp w16, #4
+    b.ne 4f
+    mov v6.16b, v6.16b
+4:  cmp w16, #5
+    b.ne 5f
+    pfalse p2.b
+5:  cmp w16, #6
+    b.ne 6f
+    mov x8, xzr
+6:  adrp x16, fake_ret
+    ldr x30, [x16, #:lo12:fake_ret]
+    ret
+    .section .note.GNU-stack,\"\",%progbits
+";
+
+/// The Rust dependency route in trace mode: tests/fixtures/rust-app built with nightly and
+/// -Zinstrument-mcount for aarch64 (the runtime comes in as a dependency), run under qemu: each
+/// worker thread's events nest, and worker, work_a and work_b have as many exits as entries.
+/// (`instrfn dump` prints Rust's mangled names.)
+#[test]
+fn aarch64_trace_rust_dependency_route() {
+    const THREADS: u64 = 2;
+    const N: u64 = 20_000;
+    let exe = build_instrumented_rust("rust-app", AARCH64.triple, "rust-app");
+    let dir = workdir("aarch64-trace-rust");
+    let trace = dir.join("trace");
+    let trace_s = trace.display().to_string();
+    let out = run_exe(
+        AARCH64,
+        &exe,
+        &[&THREADS.to_string(), &N.to_string()],
+        &[("INSTRFN_MODE", "trace"), ("INSTRFN_OUTPUT", &trace_s)],
+        &dir,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!("threads={THREADS} iterations={N}")),
+        "{stdout}"
+    );
+    let procs = instrfn_dump(&trace);
+    assert_eq!(procs.len(), 1);
+    let counts = assert_balanced(&procs[0], "aarch64 rust");
+    for (function, calls) in [
+        ("worker", THREADS),
+        ("work_a", THREADS * N),
+        ("work_b", THREADS * N),
+    ] {
+        let mangled = format!("8rust_app{}{function}", function.len());
+        let of = |kind: &str| -> u64 {
+            counts
+                .iter()
+                .filter(|((k, name), _)| k == kind && name.contains(&mangled))
+                .map(|(_, n)| n)
+                .sum()
+        };
+        assert_eq!(of("entry"), calls, "{function} entries: {counts:?}");
+        assert_eq!(of("exit"), calls, "{function} exits: {counts:?}");
+        assert_eq!(of("entry-no-exit"), 0, "{function}: {counts:?}");
+    }
+    assert!(
+        !counts.keys().any(|(_, name)| name.contains("7instrfn")),
+        "runtime functions were traced: {counts:?}"
+    );
+}
+
+/// One run of unwind.c: its arguments, the (kind, function, events) expected, extra environment.
+type UnwindCase = (
+    &'static [&'static str],
+    &'static [(&'static str, &'static str, u64)],
+    &'static [(&'static str, &'static str)],
+);
+
+/// Ways out of a function other than its return (unwind.c, as on x86_64 in tests/host.rs):
+/// longjmp, siglongjmp from a handler on an alternate stack, pthread_exit, cancellation, a
+/// shadow stack too small, tail calls (on aarch64 the tail-called function's frame record
+/// need not lie where the caller's did), backtrace(), and signal handlers in the middle of the
+/// thread's own calls. Every entry gets its exit or is closed as unwound, and the program
+/// prints what it prints without instrfn; preloaded and linked statically.
+#[test]
+fn aarch64_trace_survives_longjmp_unwinding_and_tail_calls() {
+    let dir = workdir("aarch64-trace-unwind");
+    let obj = compile(
+        Compiler::Gcc,
+        &dir,
+        "unwind.c",
+        &["-pg", "-rdynamic"],
+        "unwind.o",
+    );
+    let cases: [UnwindCase; 7] = [
+        (
+            &["longjmp", "5", "6"],
+            &[
+                ("entry", "dive", 35),
+                ("unwound", "dive", 35),
+                ("exit", "after", 5),
+            ],
+            &[],
+        ),
+        (
+            &["siglongjmp", "5", "6"],
+            &[
+                ("entry", "dive", 35),
+                ("unwound", "dive", 35),
+                ("unwound", "on_signal", 5),
+                ("exit", "after", 5),
+            ],
+            &[],
+        ),
+        (
+            &["exit", "3", "4"],
+            &[
+                ("entry", "dive", 15),
+                ("unwound", "dive", 15),
+                ("unwound", "thread_dive", 3),
+            ],
+            &[],
+        ),
+        (
+            &["cancel", "3", "4"],
+            &[
+                ("entry", "dive", 15),
+                ("unwound", "dive", 15),
+                ("unwound", "thread_dive", 3),
+            ],
+            &[],
+        ),
+        (
+            &["recurse", "2", "10"],
+            &[
+                ("entry", "dive", 6),
+                ("exit", "dive", 6),
+                ("entry-no-exit", "dive", 16),
+            ],
+            &[("INSTRFN_MAX_DEPTH", "4")],
+        ),
+        (
+            &["tailcall", "7"],
+            &[("exit", "tail_f", 7), ("exit", "tail_g", 7)],
+            &[],
+        ),
+        (
+            &["backtrace", "1", "5"],
+            &[("exit", "dive", 6), ("exit", "print_backtrace", 1)],
+            &[],
+        ),
+    ];
+    for link_kind in [Link::Preload, Link::Static] {
+        let lib = runtime_lib(AARCH64, Lib::Static);
+        let mut args: Vec<&OsStr> = vec![obj.as_os_str(), OsStr::new("-rdynamic")];
+        if link_kind == Link::Static {
+            args.push(lib.as_os_str());
+        }
+        args.extend([OsStr::new("-lpthread"), OsStr::new("-ldl")]);
+        let exe = cc(AARCH64, &args, &dir.join(format!("unwind-{link_kind:?}")));
+        for (args, expected, env) in cases {
+            let context = format!("{} {link_kind:?}", args.join(" "));
+            let plain = run_exe(AARCH64, &exe, args, &[], &dir);
+            let (out, trace) = run_traced(&exe, args, link_kind, env, &dir);
+            assert_eq!(
+                out,
+                String::from_utf8_lossy(&plain.stdout),
+                "{context}: the program's output"
+            );
+            let procs = instrfn_dump(&trace);
+            let counts = assert_balanced(&procs[0], &context);
+            for (kind, name, n) in expected {
+                assert_eq!(
+                    count_of(&counts, kind, name),
+                    *n,
+                    "{context}: {kind} {name}\n{counts:?}"
+                );
+            }
+        }
+        let (_, trace) = run_traced(&exe, &["signal", "300000"], link_kind, &[], &dir);
+        let handled = assert_balanced(&instrfn_dump(&trace)[0], "signal");
+        assert!(
+            count_of(&handled, "exit", "handled") > 10,
+            "{link_kind:?}: {handled:?}"
+        );
+        assert_eq!(count_of(&handled, "exit", "work"), 300_000);
+    }
+}
+
+/// Large frames with signal handlers running instrumented code on the thread's own stack
+/// (bigframe.c). A function whose frame record lies deeper below its CFA than a signal frame
+/// is long, or whose prologue moves sp in a way the classifier does not follow (gcc: `mov x12,
+/// #n; sub sp, sp, x12`, and the record below the locals), is entry-only; clang's big frame
+/// (record above the locals, `sub sp, sp, #4, lsl #12`) keeps its exits. Handlers that
+/// interrupt anywhere, the return of big() included, never disturb the frames they interrupt.
+#[test]
+fn aarch64_trace_big_frames_and_signal_handlers() {
+    const N: u64 = 100_000;
+    let n = N.to_string();
+    for (compiler, big_exits) in [(Compiler::Gcc, false), (Compiler::Clang, true)] {
+        let dir = workdir(&format!("aarch64-trace-bigframe-{compiler:?}"));
+        let obj = compile(compiler, &dir, "bigframe.c", &["-pg"], "bigframe.o");
+        for link_kind in [Link::Preload, Link::Static] {
+            let exe = link(&dir, &obj, "bigframe", link_kind);
+            let context = format!("{compiler:?} {link_kind:?}");
+            let (out, trace) = run_traced(&exe, &[&n], link_kind, &[], &dir);
+            let handled: u64 = out
+                .trim()
+                .strip_prefix(&format!("bigframe {N} handled "))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{context}: {out}"));
+            let counts = assert_balanced(&instrfn_dump(&trace)[0], &context);
+            let big = if big_exits {
+                [("entry", "big", N), ("exit", "big", N)]
+            } else {
+                [("entry-no-exit", "big", N), ("exit", "big", 0)]
+            };
+            for (kind, name, calls) in big.into_iter().chain([
+                ("entry", "small", N),
+                ("exit", "small", N),
+                ("exit", "handled", handled),
+                ("exit", "on_alarm", handled),
+            ]) {
+                assert_eq!(
+                    count_of(&counts, kind, name),
+                    calls,
+                    "{context}: {kind} {name}: {counts:?}"
+                );
+            }
+        }
+    }
+}
+
+/// C++ exceptions through -pg frames (throw.cpp, as on x86_64): thrown through destructors
+/// (cleanup pads, _Unwind_Resume), caught, rethrown. The same output; every frame closed, the
+/// thrown-through ones as unwound, the catching ones returning. Preloaded and static.
+#[test]
+fn aarch64_trace_survives_cpp_exceptions() {
+    let gxx = "aarch64-linux-gnu-g++";
+    require_tool(gxx);
+    let dir = workdir("aarch64-trace-cpp");
+    let obj = dir.join("throw.o");
+    let src = fixture("c/throw.cpp");
+    run_ok(
+        Command::new(gxx)
+            .args(["-O2", "-pg", "-c"])
+            .arg(&src)
+            .arg("-o")
+            .arg(&obj),
+    );
+    let lib = runtime_lib(AARCH64, Lib::Static);
+    for link_kind in [Link::Preload, Link::Static] {
+        let exe = dir.join(format!("throw-{link_kind:?}"));
+        let mut cmd = Command::new(gxx);
+        cmd.arg(&obj);
+        if link_kind == Link::Static {
+            cmd.arg(&lib);
+        }
+        run_ok(cmd.args(["-lpthread", "-ldl", "-o"]).arg(&exe));
+        let args = ["4", "6"];
+        let plain = run_exe(AARCH64, &exe, &args, &[], &dir);
+        assert_eq!(String::from_utf8_lossy(&plain.stdout), "caught 8\n");
+        let (out, trace) = run_traced(&exe, &args, link_kind, &[], &dir);
+        assert_eq!(out, "caught 8\n", "{link_kind:?}");
+        let context = format!("c++ {link_kind:?}");
+        let counts = assert_balanced(&instrfn_dump(&trace)[0], &context);
+        // thrower(6) is 7 frames, thrower(1) 2, per round
+        assert_eq!(
+            count_of(&counts, "unwound", "_Z7throwerm"),
+            4 * 9,
+            "{context}: {counts:?}"
+        );
+        assert_eq!(
+            count_of(&counts, "exit", "_Z7catcherm"),
+            4,
+            "{context}: {counts:?}"
+        );
+        assert_eq!(
+            count_of(&counts, "exit", "main"),
+            1,
+            "{context}: {counts:?}"
+        );
+    }
+}
+
+/// Rust panics caught by catch_unwind, resume_unwind and std's Backtrace through instrumented
+/// frames (rust-app, as on x86_64): the same output, every frame of dive closed (unwound by
+/// the panics, returning after the backtrace).
+#[test]
+fn aarch64_trace_survives_rust_panics_and_backtraces() {
+    let exe = build_instrumented_rust("rust-app", AARCH64.triple, "rust-app");
+    let dir = workdir("aarch64-trace-rust-panics");
+    for args in [
+        &["panic", "5", "4"][..],
+        &["resume", "5", "4"][..],
+        &["backtrace", "4"][..],
+    ] {
+        let context = args.join(" ");
+        let plain = run_exe(AARCH64, &exe, args, &[], &dir);
+        let trace = dir.join("trace");
+        let _ = std::fs::remove_dir_all(&trace);
+        let t = trace.display().to_string();
+        let out = run_exe(
+            AARCH64,
+            &exe,
+            args,
+            &[("INSTRFN_MODE", "trace"), ("INSTRFN_OUTPUT", &t)],
+            &dir,
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&plain.stdout),
+            "{context}: the program's output"
+        );
+        let counts = assert_balanced(&instrfn_dump(&trace)[0], &context);
+        let dive = counts
+            .keys()
+            .find(|(_, n)| n.contains("rust_app4dive"))
+            .map(|(_, n)| n.clone())
+            .unwrap_or_else(|| panic!("{context}: no dive events: {counts:?}"));
+        let (frames, closed) = if args[0] == "backtrace" {
+            (5, "exit")
+        } else {
+            (25, "unwound")
+        };
+        assert_eq!(count_of(&counts, "entry", &dive), frames, "{context}");
+        assert_eq!(count_of(&counts, closed, &dive), frames, "{context}");
+    }
+}
