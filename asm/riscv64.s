@@ -235,7 +235,9 @@ instrfn_riscv64_sites:
 #   instrfn_riscv64_trace_path in trace mode.
 #   Executed in gmon mode (qemu -singlestep -d exec, every probe in its home slot; `+1` is the
 #   `j` of the exported _mcount stub): a hit of a site that passes from_pc in a0, 42+1
-#   instructions, ret included (the mode byte costs 3); a new arc of such a site, 97+1; a hit of
+#   instructions, ret included (measured; 39+1 before the mode byte, whose test costs 3 on every
+#   path, so the other figures, measured before it, are given plus 3): a new arc of such a
+#   site, 97+1; a hit of
 #   a site whose caller is in the frame record, where the first probe (of the argument in a0)
 #   misses, the marker is found and the frame checked, 95+1; a new arc of it 106+1; a new arc
 #   of an A0 site this thread has no marker for but another thread decided, 106+1; a site
@@ -442,7 +444,8 @@ instrfn_riscv64_mcount:
     # `mv a0, ra`), {RULE_FRAME} "s0 = slot + 8" (a frame pointer: clang, gcc
     # -fno-omit-frame-pointer). Rule 0 is an entry whose rule is not written yet, {RULE_NONE} a
     # site without a provable slot (entry only): both to the slow path.
-    # Executed (qemu -singlestep -d exec, home entry): 85+1 instructions, ret included.
+    # Executed (qemu -singlestep -d exec, the site in its home entry): 91+1 instructions, ret
+    # included, from the call to the return into the function.
     sd t3, 24(sp)
     .cfi_offset t3, -40
     sd t4, 32(sp)
@@ -552,7 +555,9 @@ instrfn_riscv64_mcount:
 #   gmon mode: the entry counts the arc (call_site, this_fn) like mcount (no markers: the caller
 #   is always a1); the exit counts nothing. Trace mode: an entry or exit event of this_fn,
 #   nothing replaced. The slow paths (src/arch/riscv64.rs): instrfn_riscv64_cyg_gmon,
-#   instrfn_riscv64_cyg_\name.
+#   instrfn_riscv64_cyg_trace_\name.
+#   Executed (qemu -singlestep -d exec; +1 the exported stub's `j`): gmon mode, an arc in its
+#   home slot 47+1 (enter), 25+1 (exit); trace mode 37+1 each.
     .macro CYG name, kind
     .p2align 2
     .globl instrfn_riscv64_cyg_\name
@@ -762,6 +767,8 @@ instrfn_riscv64_slow:
 #   the newest entry is another frame's (frames left behind by longjmp), an unwinder ran, or
 #   the event does not fit. Frame, 64 bytes, CFA = sp + 64: 0 a0, 8 a1, 16 fa0, 24 fa1, 32
 #   fcsr, 40 old signal mask, 48 the return address, 56 the old guard.
+#   Executed (qemu -singlestep -d exec): the fast part, 33 instructions to the original return
+#   address.
 #   The CFI marks the return address undefined: an unwinder that reaches this trampoline stops
 #   here (the unwinder entry points are wrapped to put the real return addresses back first).
 #   The nop before the label puts a return address that points at the label (looked up as
