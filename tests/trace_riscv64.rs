@@ -389,3 +389,146 @@ fn riscv64_exit_harness_catches_a_clobbering_trampoline() {
         );
     }
 }
+
+/// Checks that a thread's events nest: every exit closes the newest open entry of the same
+/// function, and nothing is left open.
+fn assert_nested(events: &[DumpEvent], context: &str) {
+    let mut open: Vec<&str> = Vec::new();
+    for (i, e) in events.iter().enumerate() {
+        match e.kind.as_str() {
+            "entry" => open.push(&e.name),
+            "exit" => assert_eq!(
+                open.pop(),
+                Some(e.name.as_str()),
+                "{context}: event {i} exits {} (open: {open:?})",
+                e.name
+            ),
+            other => panic!("{context}: event {i} is `{other} {}`", e.name),
+        }
+    }
+    assert!(open.is_empty(), "{context}: never closed: {open:?}");
+}
+
+/// Signal handlers that trace, interrupting the traced loop anywhere (trace_signals.c): every
+/// call of the thread, the handler's included, has its exit and they nest; counts exact.
+#[test]
+fn riscv64_trace_signal_handlers() {
+    const N: u64 = 300;
+    for (cc, flags) in [(Cc::Gcc, &["-pg"][..]), (Cc::Clang, &["-pg"][..])] {
+        let name = format!("riscv64-trace-signals-{cc:?}");
+        let dir = workdir(&name);
+        let obj = dir.join("trace_signals.o");
+        compile(cc, "trace_signals.c", flags, &obj);
+        for kind in [Link::Preload, Link::Static] {
+            let exe = link(&obj, &dir, "trace_signals", kind);
+            let context = format!("{name} {kind:?}");
+            let (out, tdir) = run_traced(&exe, &[&N.to_string()], kind, &[], &dir, "trace");
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            let value = |key: &str| -> u64 {
+                stdout
+                    .lines()
+                    .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
+                    .unwrap_or_else(|| panic!("{context}: no {key} in {stdout}"))
+            };
+            let (handled, outer) = (value("handled "), value("outer "));
+            assert!(handled >= N, "{context}: {handled} signals handled");
+            let p = one_process(&tdir, &context);
+            assert_eq!(p.threads.len(), 1, "{context}");
+            let events = p.threads.values().next().unwrap();
+            assert_nested(events, &context);
+            let entries = |f: &str| {
+                events
+                    .iter()
+                    .filter(|e| e.kind == "entry" && e.name == f)
+                    .count() as u64
+            };
+            assert_eq!(entries("outer"), outer, "{context}");
+            assert_eq!(entries("from_handler"), handled, "{context}");
+            assert_eq!(entries("inner"), 2 * outer + handled, "{context}");
+        }
+    }
+}
+
+/// The gmon register harness (tests/fixtures/regs/riscv64.S, driver.c) in trace mode: its
+/// counting call follows no prologue the decoder proves (it calls a function first), so every
+/// call takes the trace slow path and is an entry without exit; every register survives it.
+#[test]
+fn riscv64_trace_slow_path_registers() {
+    let dir = workdir("riscv64-trace-regs-slow");
+    let driver = fixture("regs/driver.c");
+    let harness = fixture("regs/riscv64.S");
+    let lib = runtime_lib(ARCH, Lib::Static);
+    let exe = cc(
+        ARCH,
+        &[
+            OsStr::new("-O1"),
+            driver.as_os_str(),
+            harness.as_os_str(),
+            lib.as_os_str(),
+            OsStr::new("-lpthread"),
+            OsStr::new("-ldl"),
+        ],
+        &dir.join("regs-static"),
+    );
+    for kind in ["0", "1", "2", "3"] {
+        let context = format!("kind {kind}");
+        let (out, tdir) = run_traced(&exe, &[kind], Link::Static, &[], &dir, "trace");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "ok 10012",
+            "{context}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let p = one_process(&tdir, &context);
+        let events: Vec<&DumpEvent> = p.threads.values().flatten().collect();
+        // All but the four calls with the guard held or recording stopped.
+        assert_eq!(events.len(), 10_008, "{context}");
+        assert!(
+            events
+                .iter()
+                .all(|e| e.kind == "entry-no-exit" && e.name == "instrfn_regcheck"),
+            "{context}"
+        );
+    }
+}
+
+/// gmon mode counts the arcs of -finstrument-functions code too: __cyg_profile_func_enter
+/// counts (call_site, this_fn) like mcount, the exit nothing. calltree.c at T = 4, K = 400,
+/// gcc and clang, preloaded and linked: exact arcs in gprof's call graph, the fast path used
+/// (one slow path per thread).
+#[test]
+fn riscv64_gmon_instrument_functions_call_graph() {
+    let (t, k) = (T as u64, 400);
+    for (cc, flag) in [
+        (Cc::Gcc, "-finstrument-functions"),
+        (Cc::Clang, "-finstrument-functions-after-inlining"),
+    ] {
+        let name = format!("riscv64-gmon-cyg-{cc:?}");
+        let dir = workdir(&name);
+        let obj = dir.join("calltree.o");
+        compile(cc, "calltree.c", &[flag], &obj);
+        for kind in [Link::Preload, Link::Static] {
+            let exe = link(&obj, &dir, "calltree", kind);
+            let context = format!("{name} {kind:?}");
+            let preload = runtime_lib(ARCH, Lib::Shared).display().to_string();
+            let mut env = vec![("INSTRFN_VERBOSE", "1")];
+            if kind == Link::Preload {
+                env.push(("LD_PRELOAD", preload.as_str()));
+            }
+            let _ = std::fs::remove_file(dir.join("gmon.out"));
+            let out = run_exe(ARCH, &exe, &[&T.to_string(), &k.to_string()], &env, &dir);
+            let arcs = gprof_arcs(ARCH, &exe, &dir.join("gmon.out"));
+            assert_arcs(
+                &arcs,
+                &[
+                    ("run", "a", t * k),
+                    ("a", "b", 2 * t * k),
+                    ("b", "c", 2 * t * k),
+                ],
+                &context,
+            );
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_fast_path_used(&stderr, 5 * t * k, &context);
+        }
+    }
+}

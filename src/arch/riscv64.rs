@@ -3,6 +3,11 @@
 //! Which one is decided once per call site by [`instrfn_riscv64_slow_path`] and kept in the
 //! thread's arc table as a marker the fast path looks up. There is no `__fentry__` on riscv64.
 //! The routines, their register contracts and the decision rule are in `asm/riscv64.s`.
+//! `__cyg_profile_func_enter/exit` (-finstrument-functions) pass (this_fn, call_site) in a0/a1.
+//!
+//! Trace mode replaces a function's return address only where the instructions from its entry
+//! to its counting call prove where it saved ra (at CFA - 8): [`prologue`], decided once per
+//! call site ([`instrfn_riscv64_trace_path`]); elsewhere it records entries without exit.
 //!
 //! The naked stubs reach the assembly with a `jal` (`j`, +-1 MiB): the mcount stubs have no
 //! register to spare for a longer jump (a0, s0 and ra carry the arguments and everything else
@@ -672,10 +677,10 @@ impl<const N: usize> MapsScan<N> {
 // s0, also a frame pointer of an ancestor whose return slot holds the same address (indirect
 // recursion), so a decision from the frame record needs the code anyway.
 
-/// log2 of the entries of `instrfn_riscv64_sites` (16 bytes each, 256 KiB of .bss, touched as
-/// used): up to 8192 call sites keep their rule; further sites are decided on each call (the
-/// slow path).
-const SITE_BITS: u32 = 14;
+/// log2 of the entries of `instrfn_riscv64_sites` (16 bytes each, 1 MiB of .bss, touched as
+/// used, in trace mode only): up to 32768 call sites keep their rule; further sites are decided
+/// again on each call, in the slow path.
+const SITE_BITS: u32 = 16;
 /// A site's rule (see asm/riscv64.s, `.Lmcount_trace`): `(D << 3) | guard`, the slot at sp + D.
 /// Guard: a0 holds the slot's word (gcc: `mv a0, ra` before the call).
 const RULE_A0: usize = 1;
