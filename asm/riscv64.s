@@ -51,9 +51,23 @@
 # instrfn preserves every register, a0 included, so hand-written or future callers may rely
 # on it. There is no __fentry__ on riscv64 (gcc has no -mfentry there).
 #
+# Trace mode (src/trace.rs; the layout operands: Tls {TLS_TRACE_POS} trace_pos, {TLS_TRACE_END} trace_end,
+# {TLS_SHADOW_TOP} shadow_top, {TLS_SHADOW_END} shadow_end, {TLS_SHADOW_BASE} shadow_base, {TLS_UNWOUND} unwound; shadow entries of {SH_BYTES} bytes,
+# the original return address at {SH_RET}, its slot at {SH_SLOT}, the function at {SH_FN}; events of {EV_BYTES} bytes,
+# (value << {EV_SHIFT}) | kind, kinds {EV_ENTRY} entry and {EV_EXIT} exit). The exit trampoline
+# must tell, from sp at a return, which frame returns, and the fast path must know where the
+# function saved ra. Neither a0 nor s0 says that in gcc -O2 code (no frame pointer), so the
+# slow path decodes, once per call site, the instructions from the function's entry to the
+# counting call (src/arch/riscv64.rs, `prologue`), and keeps the result in
+# instrfn_riscv64_sites: the slot's offset from sp at the call, and a guard the code proves
+# (a0 = the slot's word, or s0 = the CFA) that the fast path checks on every call. Only slots
+# at CFA - 8 are replaced (gcc, clang and rustc put ra there in every function without
+# variable arguments); sp at the return is then the CFA, and the exit trampoline compares
+# sp - 8 with the newest shadow entry's slot. Other sites are traced as entries without exit.
+#
 # Differences from x86_64:
 # - No red zone: the kernel may write a signal frame anywhere below sp, so the fast path moves
-#   sp down 48 bytes before it saves its scratch registers, and describes that in its CFI.
+#   sp down 64 bytes before it saves its scratch registers, and describes that in its CFI.
 # - The count is added with `amoadd.d` (A extension, part of RV64GC): one instruction, so a
 #   signal handler counting the same arc on this thread never tears it.
 # - Inserting a new arc (x86_64's cmpxchg claim): the slot is claimed with an lr.d/sc.d loop
@@ -79,7 +93,7 @@
 # rustc assembles module-level asm for the base ISA only (the target's features reach the
 # functions, not this block), so the extensions used below are enabled here, and only here.
     .option push
-    .option arch, +m, +a, +f, +d, +c
+    .option arch, +m, +a, +f, +d, +c, +zicsr, +zicntr
 
     # Shared data (instrfn_tls, instrfn_enabled, instrfn_all_signals) is in asm/data.s.
 
@@ -110,8 +124,26 @@ instrfn_riscv64_stack:
 instrfn_riscv64_decided:
     .zero 8 << {DEC_BITS}
 
-    # The Rust slow path of riscv64, like instrfn_slow_path (asm/data.s): never exported.
+    # Trace mode's rule per call site, by any thread (src/arch/riscv64.rs, `remember_site`):
+    # 1 << {SITE_BITS} entries (self_pc, rule) of 16 bytes, open addressing from the top bits of
+    # self_pc * {HASH_MUL}, linear probing; self_pc 0 when empty. An entry's self_pc is claimed with
+    # a CAS by the slow path, its rule written once after it (0 until then: the fast path sends
+    # the call to the slow path); neither changes again. At most half of them are used.
+    .bss
+    .p2align 6
+    .globl instrfn_riscv64_sites
+    .hidden instrfn_riscv64_sites
+    .type instrfn_riscv64_sites,@object
+    .size instrfn_riscv64_sites, 16 << {SITE_BITS}
+instrfn_riscv64_sites:
+    .zero 16 << {SITE_BITS}
+
+    # The Rust slow paths of riscv64, like instrfn_slow_path (asm/data.s): never exported.
     .hidden instrfn_riscv64_slow_path
+    .hidden instrfn_riscv64_trace_path
+    .hidden instrfn_riscv64_cyg_gmon
+    .hidden instrfn_riscv64_cyg_trace_enter
+    .hidden instrfn_riscv64_cyg_trace_exit
 
     .text
 
@@ -135,11 +167,11 @@ instrfn_riscv64_decided:
     ecall
     .endm
 
-# HASH from: t1 = the byte offset, before masking, of the home slot of (\from, ra): the hash
-#   of asm/x86_64.s (rotl 32 as slli/srli/or). t0 = table; clobbers t2.
-    .macro HASH from
-    slli t1, ra, 32
-    srli t2, ra, 32
+# HASH from, self: t1 = the byte offset, before masking, of the home slot of (\from, \self):
+#   the hash of asm/x86_64.s (rotl 32 as slli/srli/or). t0 = table; clobbers t2.
+    .macro HASH from, self
+    slli t1, \self, 32
+    srli t2, \self, 32
     or t1, t1, t2
     xor t1, t1, \from
 1:  auipc t2, %pcrel_hi(instrfn_hash_mul)
@@ -150,16 +182,16 @@ instrfn_riscv64_decided:
     slli t1, t1, {SLOT_SHIFT}
     .endm
 
-# PROBE from, empty: linear probing for the key (\from, ra) from the slot offset in t1.
+# PROBE from, empty, self: linear probing for the key (\from, \self) from the slot offset in t1.
 #   Found: falls through with t1 = the slot's address - {SLOT_SELF} (table + offset). An empty
 #   slot reached first: jumps to \empty with t1 likewise, t2 = 0. t0 = table; clobbers t2.
 #   Jumping to the instruction where a PROBE starts, with t1 = an offset, probes from there.
-    .macro PROBE from, empty
+    .macro PROBE from, empty, self
 2:  ld t2, {TBL_MASK}(t0)                           # mask (a no-op on the first probe)
     and t1, t1, t2
     add t1, t1, t0
     ld t2, {SLOT_SELF}(t1)                          # slot.self_pc
-    bne t2, ra, 3f
+    bne t2, \self, 3f
     ld t2, {SLOT_FROM}(t1)                          # slot.from_pc
     beq t2, \from, 4f
     j 5f
@@ -170,29 +202,54 @@ instrfn_riscv64_decided:
 4:
     .endm
 
+# TRACE_EVENT kind, value, nochunk: the fast paths' event: reserve {EV_BYTES} bytes of this
+#   thread's chunk with one amoadd.d (a signal handler on this thread reserves after it, never
+#   the same bytes), then store the timestamp (rdtime) and the word (\value << {EV_SHIFT}) | \kind
+#   that marks it written. No chunk, or a full one (pos + {EV_BYTES} > end, end = 0 included):
+#   jumps to \nochunk, the bytes reserved past the end are never written (the slow path takes a
+#   new chunk and resets pos). t0 = &Tls; clobbers t1, t2, t3.
+    .macro TRACE_EVENT kind, value, nochunk
+    rdtime t2                              # the timestamp first: as close to the call as can be
+    li t1, {EV_BYTES}
+    addi t3, t0, {TLS_TRACE_POS}
+    amoadd.d t1, t1, (t3)                  # t1 = our event
+    ld t3, {TLS_TRACE_END}(t0)
+    sub t3, t3, t1
+    addi t3, t3, -{EV_BYTES}
+    bltz t3, \nochunk                      # end - event < {EV_BYTES}
+    sd t2, 0(t1)                           # timestamp, then the word that marks it written
+    slli t2, \value, {EV_SHIFT}
+    ori t2, t2, \kind
+    sd t2, 8(t1)
+    .endm
+
 # instrfn_riscv64_mcount: the fast path of mcount/_mcount, new arcs and marked sites included.
 #   Entry: ra = self_pc; from_pc is in a0 (gcc, rustc) or at -8(s0) (clang), as the site's
 #   marker says (see the header). Every register is preserved (a0 too); t0, t1, t2 are
-#   scratch, saved at 0, 8, 16(sp) below the caller's sp (CFA = sp + 48 while they are); the
+#   scratch, saved at 0, 8, 16(sp) below the caller's sp (CFA = sp + 64 while they are); the
 #   paths past a missed first probe also use t3 and t4, saved at 24 and 32(sp) on those paths
-#   only (and described there).
-#   Hands over to instrfn_riscv64_slow with the entry state exactly as it was.
-#   Executed (qemu -singlestep -d exec, every probe in its home slot; `+1` is the `j` of the
-#   exported _mcount stub): a hit of a site that passes from_pc in a0, 39+1 instructions, ret
-#   included, as before the markers (which this file used to give as 37+1); a new arc of such
-#   a site, 94+1 (was 52+1); a hit of a site whose caller is in the frame record, where the
-#   first probe (of the argument in a0) misses, the marker is found and the frame checked,
-#   92+1; a new arc of it 103+1; a new arc of an A0 site this thread has no marker for but
-#   another thread decided, 103+1; a site neither marked nor decided, 86+1, then the slow
-#   path.
+#   only (and described there), trace mode t3, t4 and t5 (24, 32, 40(sp)). 48(sp) is the
+#   handover word of instrfn_riscv64_slow.
+#   Hands over to instrfn_riscv64_slow with every register as it came but sp (still 64 bytes
+#   down) and 48(sp) = the Rust function to call: instrfn_riscv64_slow_path in gmon mode,
+#   instrfn_riscv64_trace_path in trace mode.
+#   Executed in gmon mode (qemu -singlestep -d exec, every probe in its home slot; `+1` is the
+#   `j` of the exported _mcount stub): a hit of a site that passes from_pc in a0, 42+1
+#   instructions, ret included (measured; 39+1 before the mode byte, whose test costs 3 on every
+#   path, so the other figures, measured before it, are given plus 3): a new arc of such a
+#   site, 97+1; a hit of
+#   a site whose caller is in the frame record, where the first probe (of the argument in a0)
+#   misses, the marker is found and the frame checked, 95+1; a new arc of it 106+1; a new arc
+#   of an A0 site this thread has no marker for but another thread decided, 106+1; a site
+#   neither marked nor decided, 89+1, then the slow path. Trace mode: see .Lmcount_trace.
     .p2align 2
     .globl instrfn_riscv64_mcount
     .hidden instrfn_riscv64_mcount
     .type instrfn_riscv64_mcount,@function
 instrfn_riscv64_mcount:
     .cfi_startproc
-    addi sp, sp, -48
-    .cfi_def_cfa_offset 48
+    addi sp, sp, -64
+    .cfi_def_cfa_offset 64
     sd t0, 0(sp)
     .cfi_rel_offset t0, 0
     sd t1, 8(sp)
@@ -207,9 +264,13 @@ instrfn_riscv64_mcount:
     auipc t1, %pcrel_hi(instrfn_enabled)
     lbu t1, %pcrel_lo(.Lmcount_enabled)(t1)
     beqz t1, .Lmcount_out
+.Lmcount_mode:
+    auipc t1, %pcrel_hi(instrfn_mode)
+    lbu t1, %pcrel_lo(.Lmcount_mode)(t1)
+    bnez t1, .Lmcount_trace
     ld t0, {TLS_TABLE}(t0)                           # this thread's ArcTable
     beqz t0, .Lmcount_slow
-    HASH a0                                # slot offset = hash(a0, self_pc)
+    HASH a0, ra                            # slot offset = hash(a0, self_pc)
 .Lmcount_probe:
     ld t2, {TBL_MASK}(t0)                           # mask (a no-op on the first probe)
     and t1, t1, t2
@@ -229,7 +290,7 @@ instrfn_riscv64_mcount:
     .cfi_restore t1
     ld t2, 16(sp)
     .cfi_restore t2
-    addi sp, sp, 48
+    addi sp, sp, 64
     .cfi_def_cfa_offset 0
     ret
     .cfi_restore_state
@@ -241,14 +302,16 @@ instrfn_riscv64_mcount:
     j .Lmcount_probe
 .Lmcount_slow:
     .cfi_remember_state
+    lla t0, instrfn_riscv64_slow_path
+.Lmcount_handover:
+    # t0 = the Rust function: into the handover word, then every register back as it came.
+    sd t0, 48(sp)
     ld t0, 0(sp)
     .cfi_restore t0
     ld t1, 8(sp)
     .cfi_restore t1
     ld t2, 16(sp)
     .cfi_restore t2
-    addi sp, sp, 48
-    .cfi_def_cfa_offset 0
     j instrfn_riscv64_slow
     .cfi_restore_state
 .Lmcount_marked:
@@ -257,13 +320,13 @@ instrfn_riscv64_mcount:
     # (CFA-relative offsets: LLVM's .cfi_rel_offset would use the CFA offset of the
     # preceding ret (0), as .cfi_restore_state does not reset what it tracks.)
     sd t3, 24(sp)
-    .cfi_offset t3, -24
+    .cfi_offset t3, -40
     sd t4, 32(sp)
-    .cfi_offset t4, -16
+    .cfi_offset t4, -32
     mv t4, t1                              # the empty slot (a0, self_pc) would go in
     addi t3, ra, {MARK_FRAME}                        # the FRAME marker: (self_pc + {MARK_FRAME}, self_pc)
-    HASH t3
-    PROBE t3, .Lmcount_not_frame
+    HASH t3, ra
+    PROBE t3, .Lmcount_not_frame, ra
     # from_pc = -8(s0), once s0 is proven to lie in this thread's stack: the mapping that held
     # sp when the slow path last checked (instrfn_riscv64_stack: [lo, hi)) holds sp now, s0 is
     # above sp, at most hi, and 16-byte aligned; so -8(s0) is mapped even if the marker were
@@ -272,7 +335,7 @@ instrfn_riscv64_mcount:
     add t2, t2, tp
     ld t4, {STK_HI}(t2)                           # hi
     ld t2, {STK_LO}(t2)                           # lo
-    addi t3, sp, 48                        # sp at the call
+    addi t3, sp, 64                        # sp at the call
     bltu t3, t2, .Lmcount_marked_slow       # sp below lo: another stack
     bgeu t3, s0, .Lmcount_marked_slow       # s0 <= sp
     bltu t4, s0, .Lmcount_marked_slow       # s0 > hi
@@ -282,8 +345,8 @@ instrfn_riscv64_mcount:
     j .Lmcount_from
 .Lmcount_not_frame:
     addi t3, ra, {MARK_A0}                        # the A0 marker: (self_pc + {MARK_A0}, self_pc)
-    HASH t3
-    PROBE t3, .Lmcount_unmarked
+    HASH t3, ra
+    PROBE t3, .Lmcount_unmarked, ra
 .Lmcount_a0:
     mv t3, a0                              # from_pc = a0: a new arc, for the slot the first
     mv t1, t4                              # probe reached (a signal handler that took it
@@ -309,9 +372,9 @@ instrfn_riscv64_mcount:
     srli t1, t1, 64 - 3 - {DEC_BITS}
     j .Lmcount_decided_probe
 .Lmcount_from:
-    HASH t3                                # t3 = from_pc: probe for (from_pc, self_pc)
+    HASH t3, ra                            # t3 = from_pc: probe for (from_pc, self_pc)
 .Lmcount_from_probe:
-    PROBE t3, .Lmcount_insert
+    PROBE t3, .Lmcount_insert, ra
     addi t1, t1, {SLOT_COUNT}                        # &slot.count
     li t2, 1
     amoadd.d zero, t2, (t1)
@@ -363,29 +426,283 @@ instrfn_riscv64_mcount:
     ld t4, 32(sp)
     .cfi_restore t4
     j .Lmcount_slow
+
+.Lmcount_trace:
+    # Trace mode (src/trace.rs): an entry event of self_pc, and the function's return slot
+    # replaced by instrfn_riscv64_exit, so that its return is seen too. t0 = &Tls; t3, t4, t5
+    # are scratch from here on. Anything out of the ordinary goes to the slow path
+    # (instrfn_riscv64_trace_path), which records the call itself: a site not decided yet or
+    # without a return slot it can prove, a guard that fails, no chunk yet or a full one, a
+    # full shadow stack, frames left behind by longjmp or put back by an unwinder.
+    # Where the slot is: the site's rule in instrfn_riscv64_sites (1 << {SITE_BITS} entries of 16
+    # bytes, (self_pc, rule), open addressing from the top bits of self_pc * {HASH_MUL}, linear
+    # probing; filled by the slow path only, which decoded the instructions from the function's
+    # entry to this call: src/arch/riscv64.rs, `prologue`). rule = (D << 3) | guard: the slot
+    # is sp at the call + D (that is, the CFA - 8), and the guard is what the code proves about
+    # this slot on every call, checked here so that a rule left by code that has since been
+    # unloaded never makes this write a wrong word: {RULE_A0} "a0 = the slot's word" (gcc's
+    # `mv a0, ra`), {RULE_FRAME} "s0 = slot + 8" (a frame pointer: clang, gcc
+    # -fno-omit-frame-pointer). Rule 0 is an entry whose rule is not written yet, {RULE_NONE} a
+    # site without a provable slot (entry only): both to the slow path.
+    # Executed (qemu -singlestep -d exec, the site in its home entry): 91+1 instructions, ret
+    # included, from the call to the return into the function.
+    sd t3, 24(sp)
+    .cfi_offset t3, -40
+    sd t4, 32(sp)
+    .cfi_offset t4, -32
+    sd t5, 40(sp)
+    .cfi_offset t5, -24
+    ld t1, {TLS_UNWOUND}(t0)
+    bnez t1, .Ltrace_slow                  # an unwinder walked the stack: the slow path fixes up
+.Ltrace_mul:
+    auipc t2, %pcrel_hi(instrfn_hash_mul)
+    ld t2, %pcrel_lo(.Ltrace_mul)(t2)
+    mul t1, ra, t2
+    srli t1, t1, 64 - {SITE_BITS}
+    slli t1, t1, 4                         # byte offset of the home entry
+    lla t2, instrfn_riscv64_sites
+.Ltrace_site:
+    add t3, t2, t1
+    ld t4, 0(t3)                           # the entry's self_pc
+    beq t4, ra, .Ltrace_rule
+    beqz t4, .Ltrace_slow                  # empty: not decided
+    addi t1, t1, 16                        # next entry, wrapping around
+    slli t1, t1, 64 - 4 - {SITE_BITS}
+    srli t1, t1, 64 - 4 - {SITE_BITS}
+    j .Ltrace_site
+.Ltrace_rule:
+    ld t4, 8(t3)                           # rule
+    andi t1, t4, 7                         # guard
+    srli t4, t4, 3                         # D
+    addi t3, sp, 64                        # sp at the call
+    add t4, t4, t3                         # t4 = the return slot
+    # The slot lies in this thread's stack as the slow path last found it (instrfn_riscv64_stack,
+    # [lo, hi)): sp at the call at least lo, slot + 8 at most hi.
+    la.tls.ie t2, instrfn_riscv64_stack
+    add t2, t2, tp
+    ld t5, {STK_LO}(t2)
+    bltu t3, t5, .Ltrace_slow
+    ld t5, {STK_HI}(t2)
+    addi t3, t4, 8                         # t3 = slot + 8
+    bltu t5, t3, .Ltrace_slow
+    li t2, {RULE_A0}
+    bne t1, t2, .Ltrace_frame
+    ld t2, 0(t4)
+    bne t2, a0, .Ltrace_slow               # an a0 site whose slot does not hold a0
+    j .Ltrace_guarded
+.Ltrace_frame:
+    li t2, {RULE_FRAME}
+    bne t1, t2, .Ltrace_slow               # 0 (being written) or {RULE_NONE}
+    bne t3, s0, .Ltrace_slow               # a frame site whose s0 is not slot + 8
+.Ltrace_guarded:
+    ld t1, {TLS_SHADOW_TOP}(t0)
+    ld t2, {TLS_SHADOW_BASE}(t0)
+    beq t1, t2, 1f
+    ld t2, {SH_SLOT} - {SH_BYTES}(t1)
+    bgeu t4, t2, .Ltrace_slow              # the newest entry's frame at or below ours is gone
+                                           # (longjmp): the slow path closes it
+1:  ld t2, {TLS_SHADOW_END}(t0)
+    addi t3, t1, {SH_BYTES}
+    bltu t2, t3, .Ltrace_slow              # full: the slow path records an entry only
+    # The entry is reserved with one amoadd.d (a signal handler that pushes its own never takes
+    # ours), and its slot stored before and right after: a handler that runs before the
+    # entry is filled sees our slot there, above its own frames, never a stale one it would
+    # take for a frame left behind by longjmp (and close, taking our entry with it).
+    sd t4, {SH_SLOT}(t1)                   # where our entry will be, unless a handler moves it
+    li t2, {SH_BYTES}
+    addi t3, t0, {TLS_SHADOW_TOP}
+    amoadd.d t5, t2, (t3)                  # t5 = our shadow entry
+    sd t4, {SH_SLOT}(t5)
+    ld t2, {TLS_SHADOW_END}(t0)
+    addi t3, t5, {SH_BYTES}
+    bltu t2, t3, .Ltrace_unpush            # full after all (a handler left entries meanwhile)
+    TRACE_EVENT {EV_ENTRY}, ra, .Ltrace_unpush
+    ld t2, 0(t4)                           # the original return address
+    sd t2, {SH_RET}(t5)
+    sd ra, {SH_FN}(t5)
+    lla t2, instrfn_riscv64_exit
+    sd t2, 0(t4)                           # last: the function now returns to the exit trampoline
+    ld t5, 40(sp)
+    ld t4, 32(sp)
+    ld t3, 24(sp)
+    .cfi_remember_state
+    .cfi_restore t3
+    .cfi_restore t4
+    .cfi_restore t5
+    j .Lmcount_out
+    .cfi_restore_state
+.Ltrace_unpush:
+    li t2, -{SH_BYTES}                     # give the shadow entry back
+    addi t3, t0, {TLS_SHADOW_TOP}
+    amoadd.d zero, t2, (t3)
+.Ltrace_slow:
+    ld t5, 40(sp)
+    .cfi_restore t5
+    ld t4, 32(sp)
+    .cfi_restore t4
+    ld t3, 24(sp)
+    .cfi_restore t3
+    lla t0, instrfn_riscv64_trace_path
+    j .Lmcount_handover
     .cfi_endproc
     .size instrfn_riscv64_mcount, .-instrfn_riscv64_mcount
 
-# instrfn_riscv64_slow: the slow path.
-#   Entry (by jump): ra = self_pc, every other register the instrumented code's (from_pc in a0
-#   or at -8(s0)). Calls the Rust instrfn_riscv64_slow_path (src/arch/riscv64.rs), which finds
-#   from_pc, records the call through instrfn_slow_path and marks the site.
+# CYG name, kind: instrfn_riscv64_cyg_\name, __cyg_profile_func_enter(this_fn, call_site) /
+#   __cyg_profile_func_exit (\kind {EV_ENTRY} / {EV_EXIT}): gcc and clang -finstrument-functions
+#   call them as ordinary functions (psABI), at every function's entry and before each return,
+#   a0 = this_fn, a1 = call_site. Every register is preserved all the same (more than an
+#   ordinary call allows); frame and handover as in instrfn_riscv64_mcount (t0-t4 at 0-32(sp)).
+#   gmon mode: the entry counts the arc (call_site, this_fn) like mcount (no markers: the caller
+#   is always a1); the exit counts nothing. Trace mode: an entry or exit event of this_fn,
+#   nothing replaced. The slow paths (src/arch/riscv64.rs): instrfn_riscv64_cyg_gmon,
+#   instrfn_riscv64_cyg_trace_\name.
+#   Executed (qemu -singlestep -d exec; +1 the exported stub's `j`): gmon mode, an arc in its
+#   home slot 47+1 (enter), 25+1 (exit); trace mode 37+1 each.
+    .macro CYG name, kind
+    .p2align 2
+    .globl instrfn_riscv64_cyg_\name
+    .hidden instrfn_riscv64_cyg_\name
+    .type instrfn_riscv64_cyg_\name,@function
+instrfn_riscv64_cyg_\name:
+    .cfi_startproc
+    addi sp, sp, -64
+    .cfi_def_cfa_offset 64
+    sd t0, 0(sp)
+    .cfi_rel_offset t0, 0
+    sd t1, 8(sp)
+    .cfi_rel_offset t1, 8
+    sd t2, 16(sp)
+    .cfi_rel_offset t2, 16
+    sd t3, 24(sp)
+    .cfi_rel_offset t3, 24
+    sd t4, 32(sp)
+    .cfi_rel_offset t4, 32
+    la.tls.ie t0, instrfn_tls
+    add t0, t0, tp                         # &Tls
+    ld t1, {TLS_GUARD}(t0)
+    bnez t1, .Lcyg_\name\()_out
+.Lcyg_\name\()_enabled:
+    auipc t1, %pcrel_hi(instrfn_enabled)
+    lbu t1, %pcrel_lo(.Lcyg_\name\()_enabled)(t1)
+    beqz t1, .Lcyg_\name\()_out
+.Lcyg_\name\()_mode:
+    auipc t1, %pcrel_hi(instrfn_mode)
+    lbu t1, %pcrel_lo(.Lcyg_\name\()_mode)(t1)
+    bnez t1, .Lcyg_\name\()_trace
+    .ifc \name,exit
+    j .Lcyg_\name\()_out
+    .else
+    ld t0, {TLS_TABLE}(t0)                 # this thread's ArcTable
+    beqz t0, .Lcyg_\name\()_slow
+    HASH a1, a0
+.Lcyg_\name\()_probe:
+    PROBE a1, .Lcyg_\name\()_insert, a0
+    addi t1, t1, {SLOT_COUNT}
+    li t2, 1
+    amoadd.d zero, t2, (t1)
+    j .Lcyg_\name\()_out
+.Lcyg_\name\()_insert:
+    # A new arc, as in instrfn_riscv64_mcount (.Lmcount_insert): t1 = slot address - {SLOT_SELF}.
+    ld t2, {TBL_LEN}(t0)
+    ld t4, {TBL_LIMIT}(t0)
+    bgeu t2, t4, .Lcyg_\name\()_full
+    addi t1, t1, {SLOT_SELF}
+.Lcyg_\name\()_claim:
+    lr.d t2, (t1)
+    bnez t2, .Lcyg_\name\()_raced
+    sc.d t2, a0, (t1)
+    bnez t2, .Lcyg_\name\()_claim
+    sd a1, {SLOT_FROM} - {SLOT_SELF}(t1)
+    li t2, 1
+    addi t4, t1, {SLOT_COUNT} - {SLOT_SELF}
+    amoadd.d.rl zero, t2, (t4)
+    addi t4, t0, {TBL_LEN}
+    amoadd.d zero, t2, (t4)
+    j .Lcyg_\name\()_out
+.Lcyg_\name\()_raced:
+    sub t1, t1, t0
+    addi t1, t1, -{SLOT_SELF}
+    j .Lcyg_\name\()_probe
+.Lcyg_\name\()_full:
+    lbu t2, {TBL_LAST}(t0)
+    beqz t2, .Lcyg_\name\()_slow
+    li t2, 1
+    addi t4, t0, {TBL_LOST}
+    amoadd.d zero, t2, (t4)
+    .endif
+.Lcyg_\name\()_out:
+    .cfi_remember_state
+    ld t0, 0(sp)
+    .cfi_restore t0
+    ld t1, 8(sp)
+    .cfi_restore t1
+    ld t2, 16(sp)
+    .cfi_restore t2
+    ld t3, 24(sp)
+    .cfi_restore t3
+    ld t4, 32(sp)
+    .cfi_restore t4
+    addi sp, sp, 64
+    .cfi_def_cfa_offset 0
+    ret
+    .cfi_restore_state
+.Lcyg_\name\()_trace:
+    TRACE_EVENT \kind, a0, .Lcyg_\name\()_tslow
+    j .Lcyg_\name\()_out
+.Lcyg_\name\()_tslow:
+    lla t0, instrfn_riscv64_cyg_trace_\name
+    j .Lcyg_\name\()_handover
+.Lcyg_\name\()_slow:
+    lla t0, instrfn_riscv64_cyg_gmon
+.Lcyg_\name\()_handover:
+    sd t0, 48(sp)
+    ld t0, 0(sp)
+    .cfi_restore t0
+    ld t1, 8(sp)
+    .cfi_restore t1
+    ld t2, 16(sp)
+    .cfi_restore t2
+    ld t3, 24(sp)
+    .cfi_restore t3
+    ld t4, 32(sp)
+    .cfi_restore t4
+    j instrfn_riscv64_slow
+    .cfi_endproc
+    .size instrfn_riscv64_cyg_\name, .-instrfn_riscv64_cyg_\name
+    .endm
+
+    CYG enter, {EV_ENTRY}
+    CYG exit, {EV_EXIT}
+
+# instrfn_riscv64_slow: the slow path of every fast path above.
+#   Entry (by jump): sp = the caller's sp - 64 (the fast path's frame), 48(sp) = the Rust
+#   function to call; every other register is the instrumented code's as at its call: ra =
+#   self_pc (mcount) or the return address (the __cyg_profile entries), a0/a1 and s0 as the
+#   compiler left them. Calls fn(&Tls, a0, ra, s0, sp at the call, a1, &spare), where spare is
+#   a word of this frame the callee may use (trace mode's "no slot", src/arch/riscv64.rs):
+#   instrfn_riscv64_slow_path (the caller of mcount: from a0 or the frame record, marked per
+#   site) in gmon mode, instrfn_riscv64_trace_path in trace mode, instrfn_riscv64_cyg_gmon and
+#   instrfn_riscv64_cyg_trace_enter/exit for the __cyg_profile entries.
 #   Returns through ra with every register restored (a0 included), fcsr too; errno is kept by
 #   the Rust side.
-#   Frame, 528 bytes, CFA = sp + 528 throughout (sp stays 16-byte aligned):
+#   Frame, 528 bytes below the fast path's 64, CFA = sp + 592 throughout (sp stays 16-byte
+#   aligned):
 #        8*n(sp)  xn for n = 1 (ra), 3 (gp), 5..31 (t0-t2, s0-s1, a0-a7, s2-s11, t3-t6);
-#                 slots 0, 2, 4 unused (zero, sp, tp: sp is the CFA, tp never changes)
+#                 slots 2, 4 unused (sp, tp: sp is the CFA, tp never changes); slot 0 (zero)
+#                 is the spare word
 #      256+8*n    fn, n = 0..31
 #      512        fcsr
 #      520        old signal mask
+#      576        the Rust function (the fast path's handover word)
     .p2align 2
     .globl instrfn_riscv64_slow
     .hidden instrfn_riscv64_slow
     .type instrfn_riscv64_slow,@function
 instrfn_riscv64_slow:
     .cfi_startproc
+    .cfi_def_cfa_offset 64
     addi sp, sp, -528
-    .cfi_def_cfa_offset 528
+    .cfi_def_cfa_offset 592
     sd x1, 8(sp)
     .cfi_rel_offset x1, 8
     sd x3, 24(sp)
@@ -407,12 +724,15 @@ instrfn_riscv64_slow:
     add s1, s1, tp                         # s1 = &Tls (callee-saved: survives the call)
     li t0, 1
     sd t0, {TLS_GUARD}(s1)                           # guard
+    ld t0, 576(sp)                         # the Rust function
     mv a0, s1                              # arg 0: &Tls
     ld a1, 80(sp)                          # arg 1: the instrumented code's a0
-    mv a2, ra                              # arg 2: self_pc
+    mv a2, ra                              # arg 2: self_pc (or the return address)
     ld a3, 64(sp)                          # arg 3: its s0
-    addi a4, sp, 528                       # arg 4: its sp (at the call)
-    call instrfn_riscv64_slow_path
+    addi a4, sp, 592                       # arg 4: its sp (at the call)
+    ld a5, 88(sp)                          # arg 5: its a1
+    mv a6, sp                              # arg 6: the spare word
+    jalr t0
     sd zero, {TLS_GUARD}(s1)
 
     RESTORE_SIGNALS 520
@@ -427,11 +747,100 @@ instrfn_riscv64_slow:
     .irp n, 5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31
     ld x\n, 8*\n(sp)
     .endr
-    addi sp, sp, 528
+    addi sp, sp, 592
     .cfi_def_cfa_offset 0
     ret
     .cfi_endproc
     .size instrfn_riscv64_slow, .-instrfn_riscv64_slow
+
+# instrfn_riscv64_exit: where an instrumented function returns to in trace mode (the fast path
+#   replaced its return address, and keeps the original in this thread's shadow stack).
+#   Entry (by the function's ret): sp = the function's CFA, whose return slot was CFA - 8 (the
+#   only slots the trace path replaces); ra = this address; a0, a1, fa0, fa1 may hold its
+#   result. Preserved: a0, a1, fa0, fa1, fcsr and every callee-saved register (s0-s11, fs0-fs11,
+#   sp, gp, tp). The fast part uses t0-t6 only, dead after a return (caller-saved, and no
+#   result), and never the stack; the slow part saves the results and fcsr and calls Rust,
+#   which keeps the callee-saved ones. Pops the newest shadow entry if it is the returning
+#   frame's (its slot = sp - 8), writes the exit event, and jumps to the original return
+#   address with ra = that address (as a plain return leaves it).
+#   Slow part (instrfn_trace_exit_slow(&Tls, sp - 8), returning the original return address):
+#   the newest entry is another frame's (frames left behind by longjmp), an unwinder ran, or
+#   the event does not fit. Frame, 64 bytes, CFA = sp + 64: 0 a0, 8 a1, 16 fa0, 24 fa1, 32
+#   fcsr, 40 old signal mask, 48 the return address, 56 the old guard.
+#   Executed (qemu -singlestep -d exec): the fast part, 33 instructions to the original return
+#   address.
+#   The CFI marks the return address undefined: an unwinder that reaches this trampoline stops
+#   here (the unwinder entry points are wrapped to put the real return addresses back first).
+#   The nop before the label puts a return address that points at the label (looked up as
+#   address - 1) inside this FDE.
+    .p2align 2
+    .globl instrfn_riscv64_exit
+    .hidden instrfn_riscv64_exit
+    .type instrfn_riscv64_exit,@function
+    .cfi_startproc
+    .cfi_undefined ra
+    nop
+instrfn_riscv64_exit:
+    la.tls.ie t0, instrfn_tls
+    add t0, t0, tp                         # &Tls
+    ld t1, {TLS_UNWOUND}(t0)
+    bnez t1, .Lexit_slow
+    ld t4, {TLS_SHADOW_TOP}(t0)
+    ld t1, {TLS_SHADOW_BASE}(t0)
+    beq t4, t1, .Lexit_slow                # empty (the slow path says so)
+    addi t4, t4, -{SH_BYTES}               # the newest entry
+    ld t1, {SH_SLOT}(t4)
+    addi t2, sp, -8                        # our return slot
+    bne t1, t2, .Lexit_slow                # frames left behind by longjmp: the slow path
+    ld t5, {SH_FN}(t4)                     # the function that returned
+    ld t1, {TLS_GUARD}(t0)
+    bnez t1, .Lexit_pop                    # runtime code running: no event
+.Lexit_enabled:
+    auipc t1, %pcrel_hi(instrfn_enabled)
+    lbu t1, %pcrel_lo(.Lexit_enabled)(t1)
+    beqz t1, .Lexit_pop
+    TRACE_EVENT {EV_EXIT}, t5, .Lexit_slow # (no room: nothing popped yet, the slow path does all)
+.Lexit_pop:
+    ld ra, {SH_RET}(t4)                    # return there
+    sd t4, {TLS_SHADOW_TOP}(t0)            # popped, after reading it (a signal handler pushes
+    ret                                    # above it until then)
+.Lexit_slow:
+    addi sp, sp, -64
+    .cfi_def_cfa_offset 64
+    sd a0, 0(sp)
+    sd a1, 8(sp)
+    fsd fa0, 16(sp)
+    fsd fa1, 24(sp)
+    frcsr t0
+    sd t0, 32(sp)
+    BLOCK_SIGNALS 40
+    la.tls.ie t0, instrfn_tls
+    add t0, t0, tp
+    ld t1, {TLS_GUARD}(t0)
+    sd t1, 56(sp)
+    li t1, 1
+    sd t1, {TLS_GUARD}(t0)
+    mv a0, t0                              # arg 0: &Tls
+    addi a1, sp, 64 - 8                    # arg 1: the return slot, CFA - 8
+    call instrfn_trace_exit_slow
+    sd a0, 48(sp)                          # return there
+    la.tls.ie t0, instrfn_tls
+    add t0, t0, tp
+    ld t1, 56(sp)
+    sd t1, {TLS_GUARD}(t0)                 # the guard as it was
+    RESTORE_SIGNALS 40
+    ld t0, 32(sp)
+    fscsr t0
+    ld a0, 0(sp)
+    ld a1, 8(sp)
+    fld fa0, 16(sp)
+    fld fa1, 24(sp)
+    ld ra, 48(sp)
+    addi sp, sp, 64
+    .cfi_def_cfa_offset 0
+    ret
+    .cfi_endproc
+    .size instrfn_riscv64_exit, .-instrfn_riscv64_exit
 
 # instrfn_riscv64_guarded: run a runtime entry point with this thread's guard held and all
 #   signals blocked (as on x86_64, also when called from a signal handler: qemu-riscv64 7.2

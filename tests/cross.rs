@@ -622,7 +622,7 @@ fn s390x_gmon_out_is_big_endian() {
 fn shared_libraries_export_only_their_interface() {
     for (arch, nm, fentry, cyg) in [
         (AARCH64, "aarch64-linux-gnu-nm", false, true),
-        (RISCV64, "riscv64-linux-gnu-nm", false, false),
+        (RISCV64, "riscv64-linux-gnu-nm", false, true),
         (S390X, "s390x-linux-gnu-nm", true, false),
     ] {
         assert_eq!(

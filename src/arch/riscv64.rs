@@ -3,6 +3,11 @@
 //! Which one is decided once per call site by [`instrfn_riscv64_slow_path`] and kept in the
 //! thread's arc table as a marker the fast path looks up. There is no `__fentry__` on riscv64.
 //! The routines, their register contracts and the decision rule are in `asm/riscv64.s`.
+//! `__cyg_profile_func_enter/exit` (-finstrument-functions) pass (this_fn, call_site) in a0/a1.
+//!
+//! Trace mode replaces a function's return address only where the instructions from its entry
+//! to its counting call prove where it saved ra (at CFA - 8): [`prologue`], decided once per
+//! call site ([`instrfn_riscv64_trace_path`]); elsewhere it records entries without exit.
 //!
 //! The naked stubs reach the assembly with a `jal` (`j`, +-1 MiB): the mcount stubs have no
 //! register to spare for a longer jump (a0, s0 and ra carry the arguments and everything else
@@ -42,6 +47,24 @@ trampoline_asm!(
     STK_HI = const offset_of!(StackBounds, hi),
     STK_SIZE = const size_of::<StackBounds>(),
     DEC_BITS = const DECIDED_BITS,
+    SITE_BITS = const SITE_BITS,
+    RULE_A0 = const RULE_A0,
+    RULE_FRAME = const RULE_FRAME,
+    RULE_NONE = const RULE_NONE,
+    TLS_TRACE_POS = const offset_of!(Tls, trace_pos),
+    TLS_TRACE_END = const offset_of!(Tls, trace_end),
+    TLS_SHADOW_TOP = const offset_of!(Tls, shadow_top),
+    TLS_SHADOW_END = const offset_of!(Tls, shadow_end),
+    TLS_SHADOW_BASE = const offset_of!(Tls, shadow_base),
+    TLS_UNWOUND = const offset_of!(Tls, unwound),
+    SH_RET = const crate::trace::layout::SH_RET,
+    SH_SLOT = const crate::trace::layout::SH_SLOT,
+    SH_FN = const crate::trace::layout::SH_FN,
+    SH_BYTES = const crate::trace::layout::SH_BYTES,
+    EV_BYTES = const crate::trace::layout::EV_BYTES,
+    EV_SHIFT = const crate::trace::layout::EV_SHIFT,
+    EV_ENTRY = const crate::trace::layout::EV_ENTRY,
+    EV_EXIT = const crate::trace::layout::EV_EXIT,
 );
 
 /// log2 of the words of `instrfn_riscv64_decided` (64 KiB of .bss, touched as used): up to
@@ -70,6 +93,16 @@ entry_point! {
     /// bare `call _mcount`, the caller in the frame record) and rustc; glibc's only name on
     /// riscv64. ABI here: ra = self_pc, from_pc in a0 or at -8(s0), every register preserved.
     _mcount => "j instrfn_riscv64_mcount"
+}
+entry_point! {
+    /// `__cyg_profile_func_enter(this_fn, call_site)`: called by `-finstrument-functions` code
+    /// (gcc, clang) at every function's entry, as an ordinary call. ABI here: every register
+    /// preserved (more than the ordinary call it is allows).
+    __cyg_profile_func_enter => "j instrfn_riscv64_cyg_enter"
+}
+entry_point! {
+    /// `__cyg_profile_func_exit(this_fn, call_site)`: before every return of such code.
+    __cyg_profile_func_exit => "j instrfn_riscv64_cyg_exit"
 }
 
 /// The body of a naked function that continues at `$f` with every register but t1 (the
@@ -622,6 +655,684 @@ impl<const N: usize> MapsScan<N> {
     }
 }
 
+// ---- Trace mode ---------------------------------------------------------------------------
+//
+// The fast path (asm/riscv64.s, `.Lmcount_trace`) needs the address of the instrumented
+// function's return slot, where it put its return address, to replace it with the exit
+// trampoline; and the exit trampoline must tell from sp at the return which frame returns.
+// gcc -O2 keeps no frame pointer, so neither a0 (the caller's pc) nor s0 says where the slot
+// is. The slot is found once per call site, by decoding the instructions from the function's
+// entry to the counting call ([`prologue`]): the compilers emit a straight-line prologue there
+// (sp moved down, ra stored, registers saved and moved), since the counting call sits in the
+// entry block and needs ra saved. Only slots at CFA - 8, where gcc, clang and rustc put ra in
+// every function without variable arguments, are replaced: then sp at the return (= the CFA)
+// names the frame. Other sites (variadic functions, -msave-restore, prologues with anything
+// the decoder does not model) are traced as entries without exit, through the slow path.
+//
+// The alternatives, and why not: the word equal to a0 above sp (what gcc just stored) can be
+// anywhere a stale copy of the same return address was left, below the real slot, by an
+// earlier call from the same call site (this runtime's own slow path saves a0 in its frame);
+// .eh_frame is not emitted by gcc for C on riscv64 without -fasynchronous-unwind-tables;
+// -fno-omit-frame-pointer alone would not do either, since gcc -O2 code may hold any value in
+// s0, also a frame pointer of an ancestor whose return slot holds the same address (indirect
+// recursion), so a decision from the frame record needs the code anyway.
+
+/// log2 of the entries of `instrfn_riscv64_sites` (16 bytes each, 1 MiB of .bss, touched as
+/// used, in trace mode only): up to 32768 call sites keep their rule; further sites are decided
+/// again on each call, in the slow path.
+const SITE_BITS: u32 = 16;
+/// A site's rule (see asm/riscv64.s, `.Lmcount_trace`): `(D << 3) | guard`, the slot at sp + D.
+/// Guard: a0 holds the slot's word (gcc: `mv a0, ra` before the call).
+const RULE_A0: usize = 1;
+/// Guard: s0 = slot + 8, the CFA (a frame pointer: clang, gcc -fno-omit-frame-pointer, rustc).
+const RULE_FRAME: usize = 2;
+/// No slot can be proven: entries only.
+const RULE_NONE: usize = 4;
+
+unsafe extern "C" {
+    fn instrfn_riscv64_exit();
+    /// The rules of the sites decided so far (see [`remembered_site`]).
+    static instrfn_riscv64_sites: [[AtomicUsize; 2]; 1 << SITE_BITS];
+}
+
+/// Trace mode has its trampolines here.
+pub const TRACE_SUPPORTED: bool = true;
+/// The trace clock (docs/trace-format.md): the `time` CSR, read by `rdtime`.
+pub const CLOCK_NAME: &str = "time";
+
+/// The trace clock now (what the fast paths store in an event).
+#[inline]
+pub fn counter() -> u64 {
+    let v: u64;
+    // SAFETY: reads the time CSR; no memory is touched.
+    unsafe { core::arch::asm!("rdtime {v}", v = out(reg) v, options(nomem, nostack)) };
+    v
+}
+
+/// The address an instrumented function returns to in trace mode.
+pub fn exit_trampoline() -> usize {
+    instrfn_riscv64_exit as *const () as usize
+}
+
+/// Whether trace mode may replace the return address `ret` with the exit trampoline (else the
+/// call is recorded as an entry without exit). Not an odd word, which is no return address
+/// (code is 2-byte aligned): [`instrfn_riscv64_trace_path`] passes a slot holding 1 for a call
+/// whose return slot it cannot prove. Not the exit trampoline either.
+pub fn replaceable(ret: usize) -> bool {
+    ret.is_multiple_of(2) && ret != exit_trampoline()
+}
+
+/// The slow path of a trace-mode mcount call (from `instrfn_riscv64_slow`, with the guard
+/// held and all signals blocked): finds the call's return slot from the site's rule (decided
+/// now if no thread has), checks the rule's guard, and records the call with
+/// [`instrfn_trace_slow`](crate::trace::instrfn_trace_slow): with its slot, or, if there is
+/// none it can prove, with `spare` (a word of the slow path's own frame, below sp at the call)
+/// holding 1, which [`replaceable`] refuses: an entry without exit. Frames that `longjmp` left
+/// behind below sp are closed either way.
+///
+/// A slot that holds the exit trampoline already is the frame of a function whose return was
+/// replaced and that tail-called this one (same CFA): this call is an entry without exit, and
+/// the return, through the trampoline, closes the caller's entry, still the newest.
+///
+/// # Safety
+/// Only `instrfn_riscv64_slow` calls this: `tls` is this thread's TLS block, `a0`, `self_pc`
+/// (ra), `s0` and `sp` the instrumented code's at its counting call, `spare` a writable word
+/// below `sp`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn instrfn_riscv64_trace_path(
+    tls: *mut Tls,
+    a0: usize,
+    self_pc: usize,
+    s0: usize,
+    sp: usize,
+    _a1: usize,
+    spare: *mut usize,
+) {
+    let site = Site {
+        a0,
+        self_pc,
+        s0,
+        sp,
+    };
+    let stack = trace_stack(sp);
+    let rule = remembered_site(self_pc).unwrap_or_else(|| {
+        let rule = decide_site(&site, stack);
+        if let Some(rule) = rule {
+            remember_site(self_pc, rule);
+        }
+        rule.unwrap_or(RULE_NONE)
+    });
+    // SAFETY: rule_slot returns only slots inside the stack mapping that holds sp.
+    let slot = rule_slot(rule, &site, stack).filter(|&s| unsafe { *s } != exit_trampoline());
+    let slot = slot.unwrap_or_else(|| {
+        // SAFETY: per the contract, a word of the caller's frame.
+        unsafe { spare.write(1) };
+        spare
+    });
+    // SAFETY: the contract of instrfn_trace_slow: this thread's block, and a return slot of the
+    // instrumented function (or a word that holds no return address).
+    unsafe { crate::trace::instrfn_trace_slow(tls, slot, self_pc) };
+}
+
+/// The slow path of a gmon-mode `__cyg_profile_func_enter` (from `instrfn_riscv64_slow`):
+/// the arc (call_site, this_fn).
+///
+/// # Safety
+/// Only `instrfn_riscv64_slow` calls this, with `tls` = this thread's TLS block.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn instrfn_riscv64_cyg_gmon(
+    tls: *mut Tls,
+    this_fn: usize,
+    _ra: usize,
+    _s0: usize,
+    _sp: usize,
+    call_site: usize,
+) {
+    // SAFETY: the contract of instrfn_slow_path is this function's own.
+    unsafe { crate::runtime::instrfn_slow_path(tls, call_site, this_fn) };
+}
+
+/// The slow path of a trace-mode `__cyg_profile_func_enter`: an entry event of `this_fn`.
+///
+/// # Safety
+/// As [`instrfn_riscv64_cyg_gmon`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn instrfn_riscv64_cyg_trace_enter(tls: *mut Tls, this_fn: usize) {
+    // SAFETY: slot 0: an entry of a __cyg_profile call, nothing replaced.
+    unsafe { crate::trace::instrfn_trace_slow(tls, core::ptr::null_mut(), this_fn) };
+}
+
+/// The slow path of a trace-mode `__cyg_profile_func_exit`: an exit event of `this_fn`.
+///
+/// # Safety
+/// As [`instrfn_riscv64_cyg_gmon`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn instrfn_riscv64_cyg_trace_exit(tls: *mut Tls, this_fn: usize) {
+    // SAFETY: slot 1 marks the exit of a __cyg_profile call.
+    unsafe { crate::trace::instrfn_trace_slow(tls, core::ptr::without_provenance_mut(1), this_fn) };
+}
+
+/// The stack that holds `sp`, `[lo, hi)`: the cached bounds if they hold it, else read now
+/// (and cached for the fast path, off the alternate signal stack); (0, 0) if unknown.
+fn trace_stack(sp: usize) -> (usize, usize) {
+    let cached = stack_bounds();
+    if cached.0 <= sp && sp < cached.1 {
+        return cached;
+    }
+    match read_maps([sp]) {
+        Some([Some(stack)]) => {
+            remember_stack(&stack);
+            stack.readable()
+        }
+        _ => (0, 0),
+    }
+}
+
+/// The return slot of this call by `rule`, if its guard holds: inside the stack `[lo, hi)`
+/// that holds sp, and a0 = its word (RULE_A0) or s0 = slot + 8 (RULE_FRAME).
+fn rule_slot(rule: usize, site: &Site, (lo, hi): (usize, usize)) -> Option<*mut usize> {
+    let guard = rule & 7;
+    let slot = site.sp.checked_add(rule >> 3)?;
+    if !(lo <= site.sp && slot.checked_add(8).is_some_and(|end| end <= hi)) {
+        return None;
+    }
+    let ok = match guard {
+        RULE_A0 => {
+            // SAFETY: [slot, slot + 8) lies in the mapping that holds this thread's sp.
+            unsafe { *(slot as *const usize) == site.a0 }
+        }
+        RULE_FRAME => site.s0 == slot + 8,
+        _ => false,
+    };
+    ok.then_some(slot as *mut usize)
+}
+
+/// Decides a site's rule from its code ([`prologue::decode`]) and the call's registers, which
+/// must agree with what the code proves. None if it cannot be decided now (/proc/self/maps
+/// unreadable, sp in no stack known): then nothing is remembered.
+fn decide_site(site: &Site, stack: (usize, usize)) -> Option<usize> {
+    let [code] = read_maps([site.self_pc.wrapping_sub(1)])?;
+    let Some(code) = code.filter(|m| m.read && m.exec) else {
+        return Some(RULE_NONE);
+    };
+    let base = code
+        .start
+        .max(site.self_pc.saturating_sub(prologue::WINDOW + 4));
+    if base >= site.self_pc {
+        return Some(RULE_NONE);
+    }
+    // SAFETY: [base, self_pc) lies in one readable mapping (checked above).
+    let bytes = unsafe { core::slice::from_raw_parts(base as *const u8, site.self_pc - base) };
+    let Some(frame) = prologue::decode(bytes, base, site.self_pc) else {
+        return Some(RULE_NONE);
+    };
+    let (lo, hi) = stack;
+    let slot = site.sp + frame.slot;
+    if !(lo <= site.sp && slot + 8 <= hi) {
+        return None;
+    }
+    let rule = if frame.s0_is_cfa && site.s0 == slot + 8 {
+        RULE_FRAME
+    // SAFETY: [slot, slot + 8) lies in the stack that holds sp (checked above).
+    } else if frame.a0_is_ra && unsafe { *(slot as *const usize) } == site.a0 {
+        RULE_A0
+    } else {
+        return Some(RULE_NONE);
+    };
+    Some(frame.slot << 3 | rule)
+}
+
+fn sites() -> &'static [[AtomicUsize; 2]; 1 << SITE_BITS] {
+    // SAFETY: a static of the assembly, only accessed atomically (the fast path loads whole
+    // words).
+    unsafe { &*core::ptr::addr_of!(instrfn_riscv64_sites) }
+}
+
+/// Entries of `instrfn_riscv64_sites` claimed.
+static SITE_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// The entries of `sites()` to probe for `self_pc`, in order (the fast path's order).
+fn site_probe(self_pc: usize) -> impl Iterator<Item = &'static [AtomicUsize; 2]> {
+    let home = (self_pc as u64).wrapping_mul(arcs::HASH_MUL) >> (64 - SITE_BITS);
+    let entries = sites();
+    (0..entries.len()).map(move |i| &entries[(home as usize + i) % entries.len()])
+}
+
+/// The rule of `self_pc`, if some thread decided it (and has written it).
+fn remembered_site(self_pc: usize) -> Option<usize> {
+    for e in site_probe(self_pc) {
+        match e[0].load(Ordering::Acquire) {
+            0 => return None,
+            pc if pc == self_pc => {
+                let rule = e[1].load(Ordering::Acquire);
+                return (rule != 0).then_some(rule);
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Remembers the rule of `self_pc` (the first one, if threads race: they decide alike).
+fn remember_site(self_pc: usize, rule: usize) {
+    if self_pc == 0 || SITE_COUNT.load(Ordering::Relaxed) >= sites().len() / 2 {
+        return;
+    }
+    for e in site_probe(self_pc) {
+        match e[0].compare_exchange(0, self_pc, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                SITE_COUNT.fetch_add(1, Ordering::Relaxed);
+                e[1].store(rule, Ordering::Release);
+                return;
+            }
+            Err(pc) if pc == self_pc => return,
+            Err(_) => {}
+        }
+    }
+}
+
+/// Where the instructions from a function's entry to its counting call put the return address
+/// (trace mode's slot rule). Pure code over the bytes: no memory is read but `code`.
+///
+/// The call that returns to `self_pc` is `auipc ra; jalr ra, lo(ra)` (`call`), `jal ra` (a
+/// relaxed `call`), `jalr ra, lo(rs)` or `c.jalr rs`. The function's entry, where sp is the CFA
+/// and ra the return address, is a position from which every instruction up to that call
+/// decodes, in a straight line, to one of the kinds a prologue and the scheduled start of a
+/// body consist of (the scheduler mixes them: gcc loads the constant of a two-step frame
+/// before its first sp move, saves registers after moves of arguments):
+/// - sp moved by a constant (`addi`, `c.addi16sp`, `add`/`sub sp, sp, r` with r a constant
+///   from `li`/`lui`/`addi(w)`), never below its 16-byte alignment at the call;
+/// - stores whose address is known relative to the CFA (base sp, or a register set from sp,
+///   such as the frame pointer);
+/// - loads, ALU and FP operations, moves, `auipc`, `lui`: anything that writes a register other
+///   than sp and no memory;
+/// - nothing else: no branch, jump, call, system, atomic or CSR instruction, no store through an
+///   unknown address (it might hit the slot).
+///
+/// The entry ra (tracked through moves) must have been stored, 8 bytes, at CFA - 8 (sp at the
+/// entry), and not overwritten. sp at the entry is the CFA unless the entry is preceded by more
+/// of the prologue: the instruction before it must not move sp down (either reading of the
+/// bytes before it, 2 or 4 bytes long). A prologue that calls `__riscv_save_N` (`-msave-restore`)
+/// stores no ra itself, so it never decodes. Instruction boundaries are found by trying every
+/// even start in the window: every start that decodes must agree, or the site has no rule.
+pub(crate) mod prologue {
+    /// The bytes before the call that are looked at.
+    pub const WINDOW: usize = 320;
+
+    /// What the code from the entry to the call proves.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Frame {
+        /// The return slot (CFA - 8) minus sp at the call.
+        pub slot: usize,
+        /// a0 holds the entry ra at the call (gcc's `mv a0, ra`).
+        pub a0_is_ra: bool,
+        /// s0 holds the CFA at the call (a frame pointer).
+        pub s0_is_cfa: bool,
+    }
+
+    /// A register's value as far as the decoder knows it.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum Val {
+        Unknown,
+        Const(i64),
+        /// The CFA plus this.
+        Cfa(i64),
+        /// The return address the function was entered with.
+        EntryRa,
+    }
+
+    /// The decoder's state along one straight line of instructions.
+    struct State {
+        x: [Val; 32],
+        /// CFA - 8 holds the entry ra.
+        slot_ok: bool,
+    }
+
+    const SP: usize = 2;
+    const A0: usize = 10;
+    const S0: usize = 8;
+
+    impl State {
+        /// The state at the function's entry.
+        fn new() -> State {
+            let mut x = [Val::Unknown; 32];
+            x[0] = Val::Const(0);
+            x[1] = Val::EntryRa;
+            x[SP] = Val::Cfa(0);
+            State { x, slot_ok: false }
+        }
+
+        /// Writes `v` to register `rd`; false if that breaks the model (sp not relative to the
+        /// CFA any more).
+        fn write(&mut self, rd: usize, v: Val) -> bool {
+            match rd {
+                0 => true,
+                SP => {
+                    self.x[SP] = v;
+                    matches!(v, Val::Cfa(_))
+                }
+                _ => {
+                    self.x[rd] = v;
+                    true
+                }
+            }
+        }
+
+        /// A store of `width` bytes of `v` at `imm(base)`; false if its address is unknown.
+        fn store(&mut self, base: usize, imm: i64, width: i64, v: Val) -> bool {
+            let Val::Cfa(b) = self.x[base] else {
+                return false;
+            };
+            let at = b.wrapping_add(imm);
+            if width == 8 && at == -8 && v == Val::EntryRa {
+                self.slot_ok = true;
+            } else if at < 0 && at + width > -8 {
+                self.slot_ok = false;
+            }
+            true
+        }
+
+        fn add(&self, rs: usize, imm: i64) -> Val {
+            match self.x[rs] {
+                Val::Const(c) => Val::Const(c.wrapping_add(imm)),
+                Val::Cfa(c) => Val::Cfa(c.wrapping_add(imm)),
+                Val::EntryRa if imm == 0 => Val::EntryRa,
+                _ => Val::Unknown,
+            }
+        }
+
+        fn addw(&self, rs: usize, imm: i64) -> Val {
+            match self.x[rs] {
+                Val::Const(c) => Val::Const(c.wrapping_add(imm) as i32 as i64),
+                _ => Val::Unknown,
+            }
+        }
+
+        /// rs1 + rs2 (`sub`: rs1 - rs2).
+        fn add_reg(&self, rs1: usize, rs2: usize, sub: bool) -> Val {
+            match (self.x[rs1], self.x[rs2]) {
+                (Val::Const(a), Val::Const(b)) if sub => Val::Const(a.wrapping_sub(b)),
+                (Val::Const(a), Val::Const(b)) => Val::Const(a.wrapping_add(b)),
+                (Val::Cfa(a), Val::Const(b)) if sub => Val::Cfa(a.wrapping_sub(b)),
+                (Val::Cfa(a), Val::Const(b)) => Val::Cfa(a.wrapping_add(b)),
+                (Val::Const(a), Val::Cfa(b)) if !sub => Val::Cfa(a.wrapping_add(b)),
+                (v, Val::Const(0)) => v,
+                (Val::Const(0), v) if !sub => v,
+                _ => Val::Unknown,
+            }
+        }
+
+        fn shl(&self, rs: usize, sh: u32) -> Val {
+            match self.x[rs] {
+                Val::Const(c) => Val::Const(c.wrapping_shl(sh)),
+                _ => Val::Unknown,
+            }
+        }
+    }
+
+    fn half(code: &[u8], at: usize) -> Option<u16> {
+        Some(u16::from_le_bytes(code.get(at..at + 2)?.try_into().ok()?))
+    }
+
+    fn word(code: &[u8], at: usize) -> Option<u32> {
+        Some(u32::from_le_bytes(code.get(at..at + 4)?.try_into().ok()?))
+    }
+
+    /// The sign-extended `bits`-bit value `v`.
+    fn sext(v: u32, bits: u32) -> i64 {
+        ((v << (32 - bits)) as i32 >> (32 - bits)) as i64
+    }
+
+    /// Applies one 32-bit instruction; false if it is not one of the modelled kinds.
+    fn step32(st: &mut State, w: u32) -> bool {
+        let rd = ((w >> 7) & 31) as usize;
+        let f3 = (w >> 12) & 7;
+        let rs1 = ((w >> 15) & 31) as usize;
+        let rs2 = ((w >> 20) & 31) as usize;
+        let f7 = w >> 25;
+        let imm_i = sext(w >> 20, 12);
+        let imm_s = sext((w >> 25) << 5 | (w >> 7) & 31, 12);
+        match w & 0x7f {
+            0x03 if f3 != 7 => st.write(rd, Val::Unknown), // loads
+            0x07 if f3 == 2 || f3 == 3 => true,            // flw, fld
+            0x13 => {
+                let v = match f3 {
+                    0 => st.add(rs1, imm_i),                               // addi
+                    1 if w >> 26 == 0 => st.shl(rs1, (imm_i & 63) as u32), // slli
+                    _ => Val::Unknown,
+                };
+                st.write(rd, v)
+            }
+            0x17 | 0x37 => {
+                let v = if w & 0x7f == 0x37 {
+                    Val::Const((w & 0xffff_f000) as i32 as i64) // lui
+                } else {
+                    Val::Unknown // auipc
+                };
+                st.write(rd, v)
+            }
+            0x1b => {
+                let v = if f3 == 0 {
+                    st.addw(rs1, imm_i) // addiw
+                } else {
+                    Val::Unknown
+                };
+                st.write(rd, v)
+            }
+            0x23 if f3 <= 3 => st.store(rs1, imm_s, 1 << f3, st.x[rs2]), // sb, sh, sw, sd
+            0x27 if f3 == 2 || f3 == 3 => st.store(rs1, imm_s, 1 << f3, Val::Unknown), // fsw, fsd
+            0x33 => {
+                let v = match (f7, f3) {
+                    (0, 0) => st.add_reg(rs1, rs2, false),   // add
+                    (0x20, 0) => st.add_reg(rs1, rs2, true), // sub
+                    (0 | 0x20 | 1, _) => Val::Unknown,       // other ALU, M extension
+                    _ => return false,
+                };
+                st.write(rd, v)
+            }
+            0x3b => st.write(rd, Val::Unknown), // OP-32
+            0x43 | 0x47 | 0x4b | 0x4f => true,  // fused multiply-add (FP rd)
+            0x53 => match w >> 27 {
+                // compare, convert to integer, move to integer / classify: an integer rd
+                0x14 | 0x18 | 0x1c => st.write(rd, Val::Unknown),
+                _ => true,
+            },
+            _ => false,
+        }
+    }
+
+    /// Applies one compressed instruction (RV64C); false if it is not one of the modelled
+    /// kinds.
+    fn step16(st: &mut State, h: u16) -> bool {
+        let h = h as u32;
+        let f3 = h >> 13;
+        let rd = ((h >> 7) & 31) as usize;
+        let rs2 = ((h >> 2) & 31) as usize;
+        let rdp = (((h >> 2) & 7) + 8) as usize; // rd' / rs2' in bits 4:2
+        let rs1p = (((h >> 7) & 7) + 8) as usize; // rs1' / rd' in bits 9:7
+        let imm6 = sext((h >> 12 & 1) << 5 | (h >> 2) & 31, 6);
+        // c.ld/c.sd/c.fld/c.fsd offsets: uimm[5:3] = 12:10, uimm[7:6] = 6:5
+        let uimm_d = ((h >> 10) & 7) << 3 | ((h >> 5) & 3) << 6;
+        // c.lw/c.sw: uimm[5:3] = 12:10, uimm[2] = 6, uimm[6] = 5
+        let uimm_w = ((h >> 10) & 7) << 3 | ((h >> 6) & 1) << 2 | ((h >> 5) & 1) << 6;
+        match (h & 3, f3) {
+            (0, 0) => {
+                // c.addi4spn rd', sp, nzuimm[5:4|9:6|2|3]
+                let imm = ((h >> 11) & 3) << 4
+                    | ((h >> 7) & 15) << 6
+                    | ((h >> 6) & 1) << 2
+                    | ((h >> 5) & 1) << 3;
+                imm != 0 && st.write(rdp, st.add(SP, imm as i64))
+            }
+            (0, 1) => true,                                           // c.fld
+            (0, 2) | (0, 3) => st.write(rdp, Val::Unknown),           // c.lw, c.ld
+            (0, 5) => st.store(rs1p, uimm_d as i64, 8, Val::Unknown), // c.fsd
+            (0, 6) => st.store(rs1p, uimm_w as i64, 4, st.x[rdp]),    // c.sw
+            (0, 7) => st.store(rs1p, uimm_d as i64, 8, st.x[rdp]),    // c.sd
+            (1, 0) => st.write(rd, st.add(rd, imm6)),                 // c.addi, c.nop
+            (1, 1) => rd != 0 && st.write(rd, st.addw(rd, imm6)),     // c.addiw
+            (1, 2) => st.write(rd, Val::Const(imm6)),                 // c.li
+            (1, 3) if rd == SP => {
+                // c.addi16sp: nzimm[9] = 12, nzimm[4|6|8:7|5] = 6:2
+                let imm = (h >> 12 & 1) << 9
+                    | ((h >> 6) & 1) << 4
+                    | ((h >> 5) & 1) << 6
+                    | ((h >> 3) & 3) << 7
+                    | ((h >> 2) & 1) << 5;
+                imm != 0 && st.write(SP, st.add(SP, sext(imm, 10)))
+            }
+            (1, 3) => imm6 != 0 && st.write(rd, Val::Const(imm6 << 12)), // c.lui
+            (1, 4) => st.write(rs1p, Val::Unknown), // c.srli, c.srai, c.andi, c.sub, ...
+            (2, 0) => st.write(rd, st.shl(rd, (imm6 & 63) as u32)), // c.slli
+            (2, 1) => true,                         // c.fldsp
+            (2, 2) | (2, 3) => rd != 0 && st.write(rd, Val::Unknown), // c.lwsp, c.ldsp
+            (2, 4) => {
+                let bit12 = h >> 12 & 1;
+                match (bit12, rs2) {
+                    (_, 0) => false,                               // c.jr, c.jalr, c.ebreak
+                    (0, _) => st.write(rd, st.x[rs2]),             // c.mv
+                    _ => st.write(rd, st.add_reg(rd, rs2, false)), // c.add
+                }
+            }
+            (2, 5) => {
+                // c.fsdsp: uimm[5:3] = 12:10, uimm[8:6] = 9:7
+                let imm = ((h >> 10) & 7) << 3 | ((h >> 7) & 7) << 6;
+                st.store(SP, imm as i64, 8, Val::Unknown)
+            }
+            (2, 6) => {
+                // c.swsp: uimm[5:2] = 12:9, uimm[7:6] = 8:7
+                let imm = ((h >> 9) & 15) << 2 | ((h >> 7) & 3) << 6;
+                st.store(SP, imm as i64, 4, st.x[rs2])
+            }
+            (2, 7) => {
+                // c.sdsp: uimm[5:3] = 12:10, uimm[8:6] = 9:7
+                let imm = ((h >> 10) & 7) << 3 | ((h >> 7) & 7) << 6;
+                st.store(SP, imm as i64, 8, st.x[rs2])
+            }
+            _ => false,
+        }
+    }
+
+    /// The immediate of `addi sp, sp, imm` (or `c.addi16sp`, `c.addi sp`) at `at`, and the
+    /// instruction's length, if that is what is there and it moves sp down.
+    fn sp_down(code: &[u8], at: usize) -> Option<(i64, usize)> {
+        let h = half(code, at)?;
+        if h & 3 == 3 {
+            let w = word(code, at)?;
+            let imm = sext(w >> 20, 12);
+            return (w & 0xf_ffff == 0x1_0113 && imm < 0).then_some((imm, 4));
+        }
+        let mut st = State::new();
+        let is_sp = (h & 0xef83) == 0x6101 || (h & 0xef83) == 0x0101; // c.addi16sp, c.addi sp
+        if !is_sp || !step16(&mut st, h) {
+            return None;
+        }
+        match st.x[SP] {
+            Val::Cfa(d) if d < 0 => Some((d, 2)),
+            _ => None,
+        }
+    }
+
+    /// Whether the instruction of `len` bytes at `at` may move sp down: `addi sp, sp, -N`
+    /// (`c.addi16sp`, `c.addi sp`), or `add`/`sub sp, sp, r` (`c.add sp, r`).
+    fn moves_sp_down(code: &[u8], at: usize, len: usize) -> bool {
+        if sp_down(code, at).is_some_and(|(_, l)| l == len) {
+            return true;
+        }
+        if len == 2 {
+            let h = half(code, at).unwrap_or(0);
+            return h & 0xff83 == 0x9102 && h & 0x7c != 0; // c.add sp, rs2
+        }
+        let w = word(code, at).unwrap_or(0);
+        // add/sub sp, sp, rs2: opcode OP, rd = rs1 = sp, funct3 0, funct7 0 or 0x20
+        w & 0xbe0f_ffff == 0x0001_0133
+    }
+
+    /// Decodes from the entry candidate at `entry` to the call at `call`: the frame, if the
+    /// straight line reaches the call exactly and proves the slot.
+    fn run(code: &[u8], entry: usize, call: usize) -> Option<Frame> {
+        let mut st = State::new();
+        let mut at = entry;
+        while at < call {
+            let h = half(code, at)?;
+            if h & 3 == 3 {
+                if !step32(&mut st, word(code, at)?) {
+                    return None;
+                }
+                at += 4;
+            } else {
+                if !step16(&mut st, h) {
+                    return None;
+                }
+                at += 2;
+            }
+        }
+        let Val::Cfa(sp) = st.x[SP] else {
+            return None;
+        };
+        if at != call || !st.slot_ok || sp > -16 || sp % 16 != 0 {
+            return None;
+        }
+        Some(Frame {
+            slot: (-8 - sp) as usize,
+            a0_is_ra: st.x[A0] == Val::EntryRa,
+            s0_is_cfa: st.x[S0] == Val::Cfa(0),
+        })
+    }
+
+    /// The frame of the counting call that returns to `self_pc`, from `code` = the bytes
+    /// `[base, self_pc)`; None unless every reading of the bytes that decodes agrees.
+    pub fn decode(code: &[u8], base: usize, self_pc: usize) -> Option<Frame> {
+        if self_pc.checked_sub(base)? != code.len() || code.len() < 2 || !base.is_multiple_of(2) {
+            return None;
+        }
+        let end = code.len();
+        let mut calls = [None; 3];
+        if end >= 8
+            && word(code, end - 8)? & 0xfff == 0x097
+            && word(code, end - 4)? & 0xf_ffff == 0x0_80e7
+        {
+            calls[0] = Some(end - 8); // auipc ra; jalr ra, lo(ra)
+        }
+        if end >= 4 {
+            let w = word(code, end - 4)?;
+            if w & 0xfff == 0x0ef || w & 0x7fff == 0x0e7 {
+                calls[1] = Some(end - 4); // jal ra; jalr ra, lo(rs)
+            }
+        }
+        let h = half(code, end - 2)?;
+        if h & 0xf07f == 0x9002 && (h >> 7) & 31 != 0 {
+            calls[2] = Some(end - 2); // c.jalr rs
+        }
+        let first = end.saturating_sub(WINDOW);
+        let mut found: Option<Frame> = None;
+        for call in calls.into_iter().flatten() {
+            let mut entry = call;
+            while entry >= first + 2 {
+                entry -= 2;
+                if entry % 2 != 0 {
+                    continue;
+                }
+                let Some(frame) = run(code, entry, call) else {
+                    continue;
+                };
+                // What comes before the entry (`code` starts at its mapping's start when
+                // it holds fewer than WINDOW + 4 bytes: then there may be nothing before).
+                let moved_before = entry >= 2 && moves_sp_down(code, entry - 2, 2)
+                    || entry >= 4 && moves_sp_down(code, entry - 4, 4);
+                if moved_before {
+                    return None;
+                }
+                match found {
+                    Some(f) if f != frame => return None,
+                    _ => found = Some(frame),
+                }
+            }
+        }
+        found
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -855,29 +1566,137 @@ mod tests {
         assert_eq!(remembered(0x3000_0000), None);
         assert_eq!(remembered(0x4000_0001), None);
     }
-}
 
-/// Trace mode is not yet available on this architecture: INSTRFN_MODE=trace writes gmon.out.
-pub const TRACE_SUPPORTED: bool = false;
-/// The trace clock (docs/trace-format.md).
-pub const CLOCK_NAME: &str = "time";
+    /// Little-endian bytes of instructions given as objdump shows them (16- or 32-bit).
+    fn code(insns: &[u32]) -> Vec<u8> {
+        let mut v = Vec::new();
+        for &i in insns {
+            if i & 3 == 3 {
+                v.extend_from_slice(&i.to_le_bytes());
+            } else {
+                v.extend_from_slice(&(i as u16).to_le_bytes());
+            }
+        }
+        v
+    }
 
-/// The trace clock now.
-#[inline]
-pub fn counter() -> u64 {
-    let v: u64;
-    // SAFETY: reads the system counter; no memory is touched.
-    unsafe { core::arch::asm!("rdtime {v}", v = out(reg) v, options(nomem, nostack)) };
-    v
-}
+    /// Decodes `insns` as the bytes before a counting call's return address.
+    fn frame(insns: &[u32]) -> Option<prologue::Frame> {
+        let bytes = code(insns);
+        let base = 0x1_0000;
+        prologue::decode(&bytes, base, base + bytes.len())
+    }
 
-/// Where instrumented functions return to in trace mode (none yet here).
-pub fn exit_trampoline() -> usize {
-    0
-}
+    const CALL: [u32; 2] = [0x0000_0097, 0x0000_80e7]; // auipc ra, 0; jalr ra
+    const RET: u32 = 0x8082;
 
-/// Whether trace mode may replace the return address `ret` with the exit trampoline (else the
-/// call is recorded as an entry without exit).
-pub fn replaceable(_ret: usize) -> bool {
-    true
+    fn with_call(prefix: &[u32]) -> Vec<u32> {
+        let mut v = prefix.to_vec();
+        v.extend_from_slice(&CALL);
+        v
+    }
+
+    #[test]
+    fn prologues_of_the_compilers() {
+        let frame_of = |slot, a0_is_ra, s0_is_cfa| {
+            Some(prologue::Frame {
+                slot,
+                a0_is_ra,
+                s0_is_cfa,
+            })
+        };
+        // gcc -O2 -pg: addi sp,sp,-16; sd ra,8(sp); sd s0,0(sp); mv s0,a0; mv a0,ra; call
+        let gcc = [RET, 0x1141, 0xe406, 0xe022, 0x842a, 0x8506];
+        assert_eq!(frame(&with_call(&gcc)), frame_of(8, true, false));
+        // ... with the call relaxed to jal ra (a static link)
+        let mut jal = gcc.to_vec();
+        jal.push(0x8bbe_50ef);
+        assert_eq!(frame(&jal), frame_of(8, true, false));
+        // gcc -O2 -pg -fno-omit-frame-pointer: sd s0; sd ra; addi s0,sp,32 (c.addi4spn); ...
+        let gcc_fp = [RET, 0x1101, 0xe822, 0xec06, 0x1000, 0xe426, 0x84aa, 0x8506];
+        assert_eq!(frame(&with_call(&gcc_fp)), frame_of(24, true, true));
+        // clang 14 -pg: a frame pointer, a0 an argument
+        let clang = [RET, 0x1101, 0xec06, 0xe822, 0xe426, 0x1000, 0x84aa];
+        assert_eq!(frame(&with_call(&clang)), frame_of(24, false, true));
+        // gcc, a two-step frame whose constant is loaded before the first sp move:
+        // lui t0,0xffffe; addi sp,sp,-32; addi t0,t0,208; sd ra,24(sp); sd s0,16(sp);
+        // add sp,sp,t0; mv s0,a0; mv a0,ra
+        let big = [
+            RET,
+            0x72f9,
+            0x1101,
+            0x0d02_8293,
+            0xec06,
+            0xe822,
+            0x9116,
+            0x842a,
+            0x8506,
+        ];
+        assert_eq!(frame(&with_call(&big)), frame_of(8008, true, false));
+        // clang, a two-step frame: addi sp,sp,-2032; sd ra,2024(sp); sd s0,2016(sp);
+        // addi s0,sp,2032; lui a1,0x1; addiw a1,a1,-1088; sub sp,sp,a1; mv s1,a0
+        let clang_big = [
+            RET,
+            0x8101_0113,
+            0x7e11_3423,
+            0x7e81_3023,
+            0x7f01_0413,
+            0x6585,
+            0xbc05_859b,
+            0x40b1_0133,
+            0x84aa,
+        ];
+        assert_eq!(frame(&with_call(&clang_big)), frame_of(5032, false, true));
+    }
+
+    #[test]
+    fn prologues_without_a_provable_slot() {
+        // gcc, variadic: ra at 24(sp) of a 96-byte frame (below the register save area)
+        let vari = [RET, 0x711d, 0xec06, 0xe822, 0x842a, 0x8506, 0xe4be, 0xf42e];
+        assert_eq!(frame(&with_call(&vari)), None);
+        // the slot overwritten after ra was stored: sd s0,8(sp)
+        assert_eq!(
+            frame(&with_call(&[RET, 0x1141, 0xe406, 0xe422, 0x8506])),
+            None
+        );
+        // a store through an unknown address (it might hit the slot): sd a1,0(a0)
+        assert_eq!(
+            frame(&with_call(&[RET, 0x1141, 0xe406, 0xe10c, 0x8506])),
+            None
+        );
+        // a branch between entry and call: beqz a0, .+4
+        assert_eq!(
+            frame(&with_call(&[RET, 0x1141, 0xe406, 0xc111, 0x8506])),
+            None
+        );
+        // ra written before it was stored: mv ra,a1; sd ra,8(sp)
+        assert_eq!(
+            frame(&with_call(&[RET, 0x1141, 0x80ae, 0xe406, 0x8506])),
+            None
+        );
+        // an sp move down before the entry: addi sp,sp,-48 then the gcc prologue (ra at the
+        // top of the second allocation, not at the CFA - 8)
+        let twice = [RET, 0x7179, 0x1141, 0xe406, 0xe022, 0x842a, 0x8506];
+        assert_eq!(frame(&with_call(&twice)), None);
+        // -msave-restore: call t0, __riscv_save_0 (jal t0); addi sp,sp,-16; mv a0,ra
+        let save = [RET, 0x0000_02ef, 0x1141, 0x8506];
+        assert_eq!(frame(&with_call(&save)), None);
+        // no call before self_pc
+        assert_eq!(frame(&[RET, 0x1141, 0xe406, 0x8506, 0x0001]), None);
+        // sp not 16-byte aligned at the call: addi sp,sp,-8
+        assert_eq!(frame(&with_call(&[RET, 0x1161, 0xe006, 0x8506])), None);
+    }
+
+    #[test]
+    fn rules_remembered_once() {
+        let pcs: Vec<usize> = (0..500).map(|i| 0x5000_0000 + i * 22).collect();
+        for (i, &pc) in pcs.iter().enumerate() {
+            remember_site(pc, (i * 8) << 3 | RULE_A0);
+            remember_site(pc, RULE_NONE);
+        }
+        for (i, &pc) in pcs.iter().enumerate() {
+            assert_eq!(remembered_site(pc), Some((i * 8) << 3 | RULE_A0), "{pc:#x}");
+        }
+        assert_eq!(remembered_site(0x4fff_fff0), None);
+    }
 }

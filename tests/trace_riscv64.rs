@@ -1,0 +1,534 @@
+//! riscv64 trace mode (INSTRFN_MODE=trace) under qemu-user: golden call trees for every
+//! compiler and entry kind of the architecture, the shapes whose exits are not traced the usual
+//! way, and the exit trampoline's register harness (fast and slow exits, and a negative case).
+//!
+//! Which code gets exits (asm/riscv64.s, src/arch/riscv64.rs `prologue`): every function whose
+//! prologue saves ra at CFA - 8, decoded from its entry to its counting call: gcc -pg at any -O
+//! level, with or without -fno-omit-frame-pointer, clang 14 -pg, rustc -Zinstrument-mcount.
+//! Entries only: variadic functions (ra below the register save area), -msave-restore
+//! prologues, and whatever the decoder does not model; a function tail-called by a traced one
+//! runs in its caller's frame (entry only, its return is the caller's exit).
+
+mod common;
+
+use common::*;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+const ARCH: Arch = RISCV64;
+/// calltree.c's threads and rounds.
+const T: usize = 4;
+const K: usize = 5;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Cc {
+    Gcc,
+    Clang,
+}
+
+/// Compiles `tests/fixtures/c/<src>` with `-O2 -c` and `flags` into `obj`.
+fn compile(compiler: Cc, src: &str, flags: &[&str], obj: &Path) {
+    let source = fixture(&format!("c/{src}"));
+    let mut args: Vec<&OsStr> = ["-O2", "-c"].iter().map(OsStr::new).collect();
+    args.extend(flags.iter().map(OsStr::new));
+    args.push(source.as_os_str());
+    match compiler {
+        Cc::Gcc => {
+            cc(ARCH, &args, obj);
+        }
+        Cc::Clang => {
+            require_tool("clang");
+            run_ok(
+                std::process::Command::new("clang")
+                    .arg("--target=riscv64-linux-gnu")
+                    .args(&args)
+                    .arg("-o")
+                    .arg(obj),
+            );
+        }
+    }
+}
+
+/// How the runtime gets into the program.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Link {
+    /// Run with LD_PRELOAD=libinstrfn.so (qemu -E).
+    Preload,
+    /// libinstrfn.a linked in; traced by environment alone.
+    Static,
+}
+
+/// Links `obj` into `<dir>/<stem>-<link>`.
+fn link(obj: &Path, dir: &Path, stem: &str, link: Link) -> PathBuf {
+    let lib = runtime_lib(ARCH, Lib::Static);
+    let mut args: Vec<&OsStr> = vec![obj.as_os_str()];
+    if link == Link::Static {
+        args.push(lib.as_os_str());
+    }
+    args.extend([OsStr::new("-lpthread"), OsStr::new("-ldl")]);
+    cc(ARCH, &args, &dir.join(format!("{stem}-{link:?}")))
+}
+
+/// Runs `exe` in trace mode with its trace in `<dir>/<name>` (a fresh directory); returns it.
+fn run_traced(
+    exe: &Path,
+    args: &[&str],
+    link: Link,
+    extra: &[(&str, &str)],
+    dir: &Path,
+    name: &str,
+) -> (std::process::Output, PathBuf) {
+    let tdir = dir.join(name);
+    let _ = std::fs::remove_dir_all(&tdir);
+    let tdir_s = tdir.display().to_string();
+    let preload = runtime_lib(ARCH, Lib::Shared).display().to_string();
+    let mut env = vec![
+        ("INSTRFN_MODE", "trace"),
+        ("INSTRFN_OUTPUT", tdir_s.as_str()),
+    ];
+    if link == Link::Preload {
+        env.push(("LD_PRELOAD", preload.as_str()));
+    }
+    env.extend_from_slice(extra);
+    let out = run_within(&mut command(ARCH, exe, args, &env, dir), 300);
+    (out, tdir)
+}
+
+/// The one process of a trace, after checking that it lost nothing and names riscv64's clock.
+fn one_process(tdir: &Path, context: &str) -> DumpProcess {
+    let mut procs = instrfn_dump(tdir);
+    assert_eq!(procs.len(), 1, "{context}: {procs:?}");
+    for meta in std::fs::read_dir(tdir).unwrap() {
+        let path = meta.unwrap().path();
+        if path.extension().is_some_and(|e| e == "meta") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(
+                text.lines().any(|l| l.starts_with("clock time ")),
+                "{context}: no `clock time` line:\n{text}"
+            );
+            assert!(
+                !text.lines().any(|l| l.starts_with("lost ")),
+                "{context}: events lost:\n{text}"
+            );
+        }
+    }
+    procs.remove(0)
+}
+
+/// calltree.c at T = 4, K = 5, compiled by `cc` with `flags`, preloaded and linked: exactly
+/// the expected entry/exit sequence per thread.
+fn golden(cc: Cc, flags: &[&str]) {
+    let name = format!("riscv64-trace-golden-{cc:?}{}", flags.join(""));
+    let dir = workdir(&name);
+    let obj = dir.join("calltree.o");
+    compile(cc, "calltree.c", flags, &obj);
+    let args = [T.to_string(), K.to_string()];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    for kind in [Link::Preload, Link::Static] {
+        let exe = link(&obj, &dir, "calltree", kind);
+        let context = format!("{name} {kind:?}");
+        let (out, tdir) = run_traced(&exe, &args, kind, &[], &dir, &format!("trace-{kind:?}"));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            format!("calltree {T} {K}"),
+            "{context}"
+        );
+        let p = one_process(&tdir, &context);
+        assert_calltree(&p, T, K, &context);
+    }
+}
+
+/// gcc -O2 -pg keeps no frame pointer: the return slot comes from the decoded prologue
+/// (`addi sp, sp, -N; sd ra, N-8(sp); ...; mv a0, ra; call _mcount`), every exit traced.
+#[test]
+fn riscv64_trace_golden_gcc_pg() {
+    golden(Cc::Gcc, &["-pg"]);
+}
+
+/// The same with a frame pointer (s0 = CFA at the call, guarded by s0 rather than a0).
+#[test]
+fn riscv64_trace_golden_gcc_pg_frame_pointer() {
+    golden(Cc::Gcc, &["-pg", "-fno-omit-frame-pointer"]);
+}
+
+/// clang 14 -pg: a frame pointer always, an argument in a0.
+#[test]
+fn riscv64_trace_golden_clang_pg() {
+    golden(Cc::Clang, &["-pg"]);
+}
+
+/// gcc -finstrument-functions: __cyg_profile_func_enter/exit, nothing replaced.
+#[test]
+fn riscv64_trace_golden_gcc_instrument_functions() {
+    golden(Cc::Gcc, &["-finstrument-functions"]);
+}
+
+/// clang -finstrument-functions-after-inlining (plain -finstrument-functions also records the
+/// glibc inline wrappers atoi/atol that main calls, at addresses without a symbol).
+#[test]
+fn riscv64_trace_golden_clang_instrument_functions() {
+    golden(Cc::Clang, &["-finstrument-functions-after-inlining"]);
+}
+
+/// trace_shapes.c: a variadic function (entry only), a sibling call (the callee entry only, the
+/// caller's exit when it returns) and a two-step frame (traced), for gcc with and without a
+/// frame pointer and clang, preloaded and linked: exactly the documented sequence.
+#[test]
+fn riscv64_trace_entry_only_shapes() {
+    const ROUNDS: usize = 3;
+    let round = [
+        ("entry-no-exit", "vsum"),
+        ("entry", "leaf"),
+        ("exit", "leaf"),
+        ("entry", "tailer"),
+        ("entry-no-exit", "leaf"),
+        ("exit", "tailer"),
+        ("entry", "big"),
+        ("entry", "leaf"),
+        ("exit", "leaf"),
+        ("exit", "big"),
+    ];
+    let mut want = vec![("entry", "main")];
+    for _ in 0..ROUNDS {
+        want.extend(round);
+    }
+    want.push(("exit", "main"));
+    for (cc, flags) in [
+        (Cc::Gcc, &["-pg"][..]),
+        (Cc::Gcc, &["-pg", "-fno-omit-frame-pointer"][..]),
+        (Cc::Clang, &["-pg"][..]),
+    ] {
+        let name = format!("riscv64-trace-shapes-{cc:?}{}", flags.join(""));
+        let dir = workdir(&name);
+        let obj = dir.join("trace_shapes.o");
+        compile(cc, "trace_shapes.c", flags, &obj);
+        for kind in [Link::Preload, Link::Static] {
+            let exe = link(&obj, &dir, "trace_shapes", kind);
+            let context = format!("{name} {kind:?}");
+            let rounds = ROUNDS.to_string();
+            let (_, tdir) = run_traced(&exe, &[&rounds], kind, &[], &dir, "trace");
+            let p = one_process(&tdir, &context);
+            assert_eq!(p.threads.len(), 1, "{context}: {:?}", p.threads);
+            let got: Vec<(&str, &str)> = p
+                .threads
+                .values()
+                .next()
+                .unwrap()
+                .iter()
+                .map(|e| (e.kind.as_str(), e.name.as_str()))
+                .collect();
+            assert_eq!(got, want, "{context}");
+        }
+    }
+}
+
+/// Builds the exit harness (tests/fixtures/regs/riscv64_exit.S and its driver) with `extra`
+/// (objects or libraries) into `<dir>/<name>`.
+fn exit_harness(dir: &Path, name: &str, extra: &[&OsStr]) -> PathBuf {
+    let driver = fixture("regs/riscv64_exit.c");
+    let harness = fixture("regs/riscv64_exit.S");
+    let mut args: Vec<&OsStr> = vec![OsStr::new("-O1"), driver.as_os_str(), harness.as_os_str()];
+    args.extend_from_slice(extra);
+    args.push(OsStr::new("-lpthread"));
+    cc(ARCH, &args, &dir.join(name))
+}
+
+/// Per events file of a trace: how many chunks after a slot's first one begin with an exit
+/// event (chunk header: size at 12, sequence number at 24; events from 64, the tag word's kind
+/// in its low 4 bits). With the harness's odd event count and 4 KiB chunks, each such exit
+/// found its chunk full in the exit trampoline, which left it to its slow part.
+fn chunks_opened_by_an_exit(tdir: &Path) -> usize {
+    let mut n = 0;
+    for entry in std::fs::read_dir(tdir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "events") {
+            continue;
+        }
+        let bytes = std::fs::read(&path).unwrap();
+        let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap());
+        let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap());
+        let size = u32_at(12) as usize;
+        for at in (0..bytes.len()).step_by(size) {
+            if &bytes[at..at + 8] == b"IFNCHNK1" && u64_at(at + 24) > 0 && u64_at(at + 72) & 15 == 2
+            {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+/// The exit trampoline keeps a0, a1, fa0, fa1, fcsr and every callee-saved register (the
+/// harness loads sentinels into them before it returns through it), and the trace entry path
+/// keeps every register: with its fast part, with its slow part after a frame skipped by a
+/// longjmp-like jump, and when the chunk is full (INSTRFN_BUFSIZE=4096); with a shadow stack
+/// of one entry (INSTRFN_MAX_DEPTH=1) the skipped frame is an entry without exit. Linked
+/// statically and dynamically (eager binding: a lazy PLT resolver clobbers scratch registers).
+#[test]
+fn riscv64_exit_trampoline_registers() {
+    let dir = workdir("riscv64-trace-regs");
+    let lib = runtime_lib(ARCH, Lib::Static);
+    let shared = runtime_lib(ARCH, Lib::Shared);
+    let libdir = shared.parent().unwrap();
+    let st = exit_harness(
+        &dir,
+        "regs-exit-static",
+        &[lib.as_os_str(), OsStr::new("-ldl")],
+    );
+    let l = format!("-L{}", libdir.display());
+    let dy = exit_harness(
+        &dir,
+        "regs-exit-dynamic",
+        &[
+            OsStr::new(&l),
+            OsStr::new("-linstrfn"),
+            OsStr::new("-Wl,-z,now"),
+        ],
+    );
+    let ld_path = libdir.display().to_string();
+    // Calls per kind (riscv64_exit.c): 2005 kind 0, 302 kind 1, 21 kind 2.
+    let (k0, k1, k2) = (2005, 302, 21);
+    for exe in [&st, &dy] {
+        for extra in [
+            &[][..],
+            &[("INSTRFN_BUFSIZE", "4096")][..],
+            &[("INSTRFN_MAX_DEPTH", "1")][..],
+        ] {
+            let mut env = vec![("LD_LIBRARY_PATH", ld_path.as_str())];
+            env.extend_from_slice(extra);
+            let context = format!("{} {extra:?}", exe.display());
+            let (out, tdir) = run_traced(exe, &["all"], Link::Static, &env, &dir, "trace");
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout).trim(),
+                format!("ok {} {k0} {k1} {k2}", k0 + k1 + k2),
+                "{context}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let p = one_process(&tdir, &context);
+            let mut counts = std::collections::BTreeMap::new();
+            for events in p.threads.values() {
+                for e in events {
+                    *counts.entry((e.kind.clone(), e.name.clone())).or_insert(0) += 1;
+                }
+            }
+            let depth1 = extra.iter().any(|(k, _)| *k == "INSTRFN_MAX_DEPTH");
+            let inner = if depth1 {
+                vec![("entry-no-exit", "instrfn_exit_inner", k1)]
+            } else {
+                vec![
+                    ("entry", "instrfn_exit_inner", k1),
+                    ("unwound", "instrfn_exit_inner", k1),
+                ]
+            };
+            let mut want: Vec<(&str, &str, usize)> = vec![
+                ("entry", "instrfn_exit_callee", k0),
+                ("exit", "instrfn_exit_callee", k0),
+                ("entry", "instrfn_exit_skipper", k1),
+                ("exit", "instrfn_exit_skipper", k1),
+                ("entry-no-exit", "instrfn_exit_noslot", k2),
+            ];
+            want.extend(inner);
+            let want: std::collections::BTreeMap<(String, String), usize> = want
+                .into_iter()
+                .map(|(k, n, c)| ((k.to_string(), n.to_string()), c))
+                .collect();
+            assert_eq!(counts, want, "{context}");
+            if extra.iter().any(|(k, _)| *k == "INSTRFN_BUFSIZE") {
+                let n = chunks_opened_by_an_exit(&tdir);
+                assert!(n >= 10, "{context}: {n} chunks opened by an exit");
+            }
+        }
+    }
+}
+
+/// A test that cannot fail proves nothing: the exit harness, linked against a fake `_mcount`
+/// that replaces instrfn_exit_callee's return address (at 24(sp)) with an exit trampoline that
+/// clobbers one register, must name it: a1 (#11), the upper half of fa1 (#43: a save with
+/// fsw/flw NaN-boxes what it reloads), s11 (#27), fs0 (#40) and fcsr (#64).
+#[test]
+fn riscv64_exit_harness_catches_a_clobbering_trampoline() {
+    let dir = workdir("riscv64-trace-regs-negative");
+    for (index, what, clobber) in [
+        (11, "a1", "li a1, 0"),
+        (
+            43,
+            "fa1 upper half",
+            "addi sp, sp, -16\n fsw fa1, 0(sp)\n flw fa1, 0(sp)\n addi sp, sp, 16",
+        ),
+        (27, "s11", "li s11, 0"),
+        (40, "fs0", "fmv.d.x fs0, zero"),
+        (64, "fcsr", "csrw fcsr, zero"),
+    ] {
+        let fake = format!(
+            ".globl _mcount\n\
+             _mcount:\n addi sp, sp, -16\n sd t0, 0(sp)\n sd t1, 8(sp)\n\
+             ld t0, 16+24(sp)\n lla t1, fake_saved\n sd t0, 0(t1)\n\
+             lla t0, fake_exit\n sd t0, 16+24(sp)\n\
+             ld t0, 0(sp)\n ld t1, 8(sp)\n addi sp, sp, 16\n ret\n\
+             fake_exit:\n {clobber}\n lla t0, fake_saved\n ld ra, 0(t0)\n ret\n\
+             .data\nfake_saved: .quad 0\n\
+             .section .note.GNU-stack,\"\",%progbits\n"
+        );
+        let fake_s = dir.join(format!("fake{index}.S"));
+        std::fs::write(&fake_s, fake).unwrap();
+        let exe = exit_harness(
+            &dir,
+            &format!("regs-exit-fake{index}"),
+            &[fake_s.as_os_str()],
+        );
+        let out = run(&mut command(ARCH, &exe, &["0"], &[], &dir));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "{what} (#{index}) passed: {}{stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(
+            stderr.contains(&format!("register #{index} clobbered\n")),
+            "{what} (#{index}): {stderr}"
+        );
+    }
+}
+
+/// Checks that a thread's events nest: every exit closes the newest open entry of the same
+/// function, and nothing is left open.
+fn assert_nested(events: &[DumpEvent], context: &str) {
+    let mut open: Vec<&str> = Vec::new();
+    for (i, e) in events.iter().enumerate() {
+        match e.kind.as_str() {
+            "entry" => open.push(&e.name),
+            "exit" => assert_eq!(
+                open.pop(),
+                Some(e.name.as_str()),
+                "{context}: event {i} exits {} (open: {open:?})",
+                e.name
+            ),
+            other => panic!("{context}: event {i} is `{other} {}`", e.name),
+        }
+    }
+    assert!(open.is_empty(), "{context}: never closed: {open:?}");
+}
+
+/// Signal handlers that trace, interrupting the traced loop anywhere (trace_signals.c): every
+/// call of the thread, the handler's included, has its exit and they nest; counts exact.
+#[test]
+fn riscv64_trace_signal_handlers() {
+    const N: u64 = 300;
+    for (cc, flags) in [(Cc::Gcc, &["-pg"][..]), (Cc::Clang, &["-pg"][..])] {
+        let name = format!("riscv64-trace-signals-{cc:?}");
+        let dir = workdir(&name);
+        let obj = dir.join("trace_signals.o");
+        compile(cc, "trace_signals.c", flags, &obj);
+        for kind in [Link::Preload, Link::Static] {
+            let exe = link(&obj, &dir, "trace_signals", kind);
+            let context = format!("{name} {kind:?}");
+            let (out, tdir) = run_traced(&exe, &[&N.to_string()], kind, &[], &dir, "trace");
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            let value = |key: &str| -> u64 {
+                stdout
+                    .lines()
+                    .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
+                    .unwrap_or_else(|| panic!("{context}: no {key} in {stdout}"))
+            };
+            let (handled, outer) = (value("handled "), value("outer "));
+            assert!(handled >= N, "{context}: {handled} signals handled");
+            let p = one_process(&tdir, &context);
+            assert_eq!(p.threads.len(), 1, "{context}");
+            let events = p.threads.values().next().unwrap();
+            assert_nested(events, &context);
+            let entries = |f: &str| {
+                events
+                    .iter()
+                    .filter(|e| e.kind == "entry" && e.name == f)
+                    .count() as u64
+            };
+            assert_eq!(entries("outer"), outer, "{context}");
+            assert_eq!(entries("from_handler"), handled, "{context}");
+            assert_eq!(entries("inner"), 2 * outer + handled, "{context}");
+        }
+    }
+}
+
+/// The gmon register harness (tests/fixtures/regs/riscv64.S, driver.c) in trace mode: its
+/// counting call follows no prologue the decoder proves (it calls a function first), so every
+/// call takes the trace slow path and is an entry without exit; every register survives it.
+#[test]
+fn riscv64_trace_slow_path_registers() {
+    let dir = workdir("riscv64-trace-regs-slow");
+    let driver = fixture("regs/driver.c");
+    let harness = fixture("regs/riscv64.S");
+    let lib = runtime_lib(ARCH, Lib::Static);
+    let exe = cc(
+        ARCH,
+        &[
+            OsStr::new("-O1"),
+            driver.as_os_str(),
+            harness.as_os_str(),
+            lib.as_os_str(),
+            OsStr::new("-lpthread"),
+            OsStr::new("-ldl"),
+        ],
+        &dir.join("regs-static"),
+    );
+    for kind in ["0", "1", "2", "3"] {
+        let context = format!("kind {kind}");
+        let (out, tdir) = run_traced(&exe, &[kind], Link::Static, &[], &dir, "trace");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "ok 10012",
+            "{context}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let p = one_process(&tdir, &context);
+        let events: Vec<&DumpEvent> = p.threads.values().flatten().collect();
+        // All but the four calls with the guard held or recording stopped.
+        assert_eq!(events.len(), 10_008, "{context}");
+        assert!(
+            events
+                .iter()
+                .all(|e| e.kind == "entry-no-exit" && e.name == "instrfn_regcheck"),
+            "{context}"
+        );
+    }
+}
+
+/// gmon mode counts the arcs of -finstrument-functions code too: __cyg_profile_func_enter
+/// counts (call_site, this_fn) like mcount, the exit nothing. calltree.c at T = 4, K = 400,
+/// gcc and clang, preloaded and linked: exact arcs in gprof's call graph, the fast path used
+/// (one slow path per thread).
+#[test]
+fn riscv64_gmon_instrument_functions_call_graph() {
+    let (t, k) = (T as u64, 400);
+    for (cc, flag) in [
+        (Cc::Gcc, "-finstrument-functions"),
+        (Cc::Clang, "-finstrument-functions-after-inlining"),
+    ] {
+        let name = format!("riscv64-gmon-cyg-{cc:?}");
+        let dir = workdir(&name);
+        let obj = dir.join("calltree.o");
+        compile(cc, "calltree.c", &[flag], &obj);
+        for kind in [Link::Preload, Link::Static] {
+            let exe = link(&obj, &dir, "calltree", kind);
+            let context = format!("{name} {kind:?}");
+            let preload = runtime_lib(ARCH, Lib::Shared).display().to_string();
+            let mut env = vec![("INSTRFN_VERBOSE", "1")];
+            if kind == Link::Preload {
+                env.push(("LD_PRELOAD", preload.as_str()));
+            }
+            let _ = std::fs::remove_file(dir.join("gmon.out"));
+            let out = run_exe(ARCH, &exe, &[&T.to_string(), &k.to_string()], &env, &dir);
+            let arcs = gprof_arcs(ARCH, &exe, &dir.join("gmon.out"));
+            assert_arcs(
+                &arcs,
+                &[
+                    ("run", "a", t * k),
+                    ("a", "b", 2 * t * k),
+                    ("b", "c", 2 * t * k),
+                ],
+                &context,
+            );
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_fast_path_used(&stderr, 5 * t * k, &context);
+        }
+    }
+}
