@@ -452,6 +452,12 @@ instrfn_riscv64_mcount:
     .cfi_offset t4, -32
     sd t5, 40(sp)
     .cfi_offset t5, -24
+.Ltrace_mode:
+    auipc t1, %pcrel_hi(instrfn_mode)
+    lbu t1, %pcrel_lo(.Ltrace_mode)(t1)
+    li t2, 2
+    beq t1, t2, .Ltrace_slow               # exits off (INSTRFN_EXITS): the slow path records
+                                           # an entry without exit
     ld t1, {TLS_UNWOUND}(t0)
     bnez t1, .Ltrace_slow                  # an unwinder walked the stack: the slow path fixes up
 .Ltrace_mul:

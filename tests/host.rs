@@ -1583,7 +1583,11 @@ fn trace_survives_longjmp_unwinding_and_tail_calls() {
         &["-rdynamic", "-lpthread"],
     );
     // (arguments, exact counts of (kind, function), events that must follow one another)
-    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str, u64)], &'a [(&'a str, &'a str)]);
+    type Case<'a> = (
+        &'a [&'a str],
+        &'a [(&'a str, &'a str, u64)],
+        &'a [(&'a str, &'a str)],
+    );
     let cases: [Case; 7] = [
         (
             &["longjmp", "5", "6"],

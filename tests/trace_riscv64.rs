@@ -532,3 +532,46 @@ fn riscv64_gmon_instrument_functions_call_graph() {
         }
     }
 }
+
+/// INSTRFN_EXITS=off: no return address is replaced; every call is an entry without exit, in
+/// the order of the golden sequence.
+#[test]
+fn riscv64_trace_exits_off_records_entries_only() {
+    let dir = workdir("riscv64-trace-exits-off");
+    let obj = dir.join("calltree.o");
+    compile(Cc::Gcc, "calltree.c", &["-pg"], &obj);
+    let entries: Vec<String> = calltree_worker(K)
+        .into_iter()
+        .filter(|(kind, _)| kind == "entry")
+        .map(|(_, name)| name)
+        .collect();
+    for kind in [Link::Preload, Link::Static] {
+        let exe = link(&obj, &dir, "calltree", kind);
+        let context = format!("exits off {kind:?}");
+        let args = [T.to_string(), K.to_string()];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (_, tdir) = run_traced(
+            &exe,
+            &args,
+            kind,
+            &[("INSTRFN_EXITS", "off")],
+            &dir,
+            &format!("trace-{kind:?}"),
+        );
+        let p = one_process(&tdir, &context);
+        let mut workers = 0;
+        for events in p.threads.values() {
+            assert!(
+                events.iter().all(|e| e.kind == "entry-no-exit"),
+                "{context}: {events:?}"
+            );
+            let names: Vec<String> = events.iter().map(|e| e.name.clone()).collect();
+            if names == entries {
+                workers += 1;
+            } else {
+                assert_eq!(names, ["main"], "{context}");
+            }
+        }
+        assert_eq!(workers, T, "{context}");
+    }
+}
