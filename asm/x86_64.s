@@ -226,8 +226,15 @@ instrfn_x86_64_\name:
     # Trace mode (src/trace.rs). rax = Tls offset, rsi = self_pc; rcx, rdx, rdi are free.
     # Everything out of the ordinary goes to the slow path, which records the call itself:
     # no chunk yet or a full one, a full shadow stack, frames left behind by longjmp or put
-    # back by an unwinder. Shadow entries are reserved with one xadd, so a signal handler on
-    # this thread that pushes its own never takes ours; the return slot is replaced last.
+    # back by an unwinder. A signal handler on this thread may run between any two
+    # instructions and record events and push shadow entries of its own:
+    # - the shadow entry is reserved with one xadd (a handler pushes above it), and its slot
+    #   is written last: a free entry's slot is 0, and 0 tells a handler's slow path that the
+    #   entry is still being pushed (alive);
+    # - the event is reserved with a cmpxchg of the chunk position against the room checked
+    #   just before, retried if a handler moved it (or gave the thread a new chunk) meanwhile:
+    #   so an event is never reserved past a chunk's end and never left unwritten.
+    # The return slot is replaced last.
     .ifc \trace,hijack
     cmpb $2, instrfn_mode(%rip)             # exits off (INSTRFN_EXITS): entries only
     je .Ltnoexit_\name
@@ -238,27 +245,27 @@ instrfn_x86_64_\name:
     cmpq %fs:{TLS_SHADOW_BASE}(%rax), %rcx
     je 1f
     cmpq %rdi, {SH_SLOT}-{SH_BYTES}(%rcx)         # the newest entry's frame at or below ours is
-    jbe .Ltslow_\name                       # gone (longjmp): the slow path closes it
+    jbe .Ltslow_\name                       # gone (longjmp), or being pushed (slot 0): the
+                                            # slow path sorts it out
 1:  movq %rax, %rcx                         # rcx = Tls offset from here on
     movq ${SH_BYTES}, %rdi
-    xaddq %rdi, %fs:{TLS_SHADOW_TOP}(%rcx)        # rdi = our shadow entry
+    xaddq %rdi, %fs:{TLS_SHADOW_TOP}(%rcx)        # rdi = our shadow entry (its slot is 0)
     leaq {SH_BYTES}(%rdi), %rax
     cmpq %fs:{TLS_SHADOW_END}(%rcx), %rax
     ja .Ltunpush_\name                       # full: the slow path records an entry only
+    movq %rdi, -48(%rsp)                    # (the shadow entry, while rdi holds the end)
     .else
     movq %rax, %rcx
     .endif
     rdtsc
     shlq $32, %rdx
     orq %rax, %rdx                          # rdx = timestamp
-    movq $16, %rax
-    xaddq %rax, %fs:{TLS_TRACE_POS}(%rcx)        # rax = our event
-    .ifc \trace,hijack
-    movq %rdi, -48(%rsp)                    # (the shadow entry, while rdi holds the end)
-    .endif
+2:  movq %fs:{TLS_TRACE_POS}(%rcx), %rax     # our event, if there is room
     leaq 16(%rax), %rdi
     cmpq %fs:{TLS_TRACE_END}(%rcx), %rdi
     ja .Ltnochunk_\name                      # past the chunk's end (or no chunk): slow path
+    cmpxchgq %rdi, %fs:{TLS_TRACE_POS}(%rcx)      # claimed, unless a handler moved it: again
+    jne 2b
     movq %rdx, (%rax)                       # timestamp, then the word that marks it written
     movq %rsi, %rdx
     shlq ${EV_SHIFT}, %rdx
@@ -271,17 +278,17 @@ instrfn_x86_64_\name:
     .ifc \trace,hijack
     movq -48(%rsp), %rax                    # the shadow entry
     leaq \from, %rdi
+    movq %rsi, {SH_FN}(%rax)
     movq (%rdi), %rdx                       # the original return address (= from_pc)
     movq %rdx, {SH_RET}(%rax)
-    movq %rdi, {SH_SLOT}(%rax)
-    movq %rsi, {SH_FN}(%rax)
+    movq %rdi, {SH_SLOT}(%rax)                   # last: the entry is complete
     leaq instrfn_x86_64_exit(%rip), %rdx
     movq %rdx, (%rdi)                       # the function now returns to the exit trampoline
     .endif
     jmp .Lout_\name
 .Ltnochunk_\name:
     .ifc \trace,hijack
-    subq ${SH_BYTES}, %fs:{TLS_SHADOW_TOP}(%rcx)  # give the shadow entry back
+    subq ${SH_BYTES}, %fs:{TLS_SHADOW_TOP}(%rcx)  # give the shadow entry back (slot still 0)
     .endif
     jmp .Ltslow_\name
     .ifc \trace,hijack
@@ -291,11 +298,12 @@ instrfn_x86_64_\name:
     rdtsc
     shlq $32, %rdx
     orq %rax, %rdx
-    movq $16, %rax
-    xaddq %rax, %fs:{TLS_TRACE_POS}(%rcx)
+3:  movq %fs:{TLS_TRACE_POS}(%rcx), %rax
     leaq 16(%rax), %rdi
     cmpq %fs:{TLS_TRACE_END}(%rcx), %rdi
     ja .Ltslow_\name
+    cmpxchgq %rdi, %fs:{TLS_TRACE_POS}(%rcx)
+    jne 3b
     movq %rdx, (%rax)
     movq %rsi, %rdx
     shlq ${EV_SHIFT}, %rdx
@@ -437,8 +445,10 @@ instrfn_x86_64_slow:
 #   Entry (by the function's ret): %rsp = the function's CFA; every register as the function
 #   left it: rax, rdx, xmm0, xmm1 and the x87 stack may hold its result. All are preserved (the
 #   fast part touches GPRs only, and never x87/MMX state; the slow part saves the whole
-#   extended state). Pops the newest shadow entry, writes the exit event, and returns to the
-#   original return address, pushed back in place of ours.
+#   extended state). Writes the exit event of the newest shadow entry (if it is the returning
+#   frame's), then pops it (slot zeroed: free), and returns to the original return address,
+#   pushed back in place of ours. Events are reserved as in FAST_PATH (cmpxchg against the
+#   room just checked).
 #   Frame: CFA_f-8 the original return address (our ret pops it), CFA_f-16 .. -48 rax, rcx, rdx,
 #   rsi, rdi. The CFI marks the return address undefined: an unwinder that reaches this
 #   trampoline stops here (the unwinder entry points are wrapped to put the real return addresses
@@ -466,27 +476,32 @@ instrfn_x86_64_exit:
     leaq 40(%rsp), %rdi                     # CFA_f - 8: the return slot it recorded
     cmpq %rdi, {SH_SLOT}(%rsi)
     jne .Lexit_slow                         # frames left behind by longjmp: the slow path
-    movq {SH_RET}(%rsi), %rdi
-    movq %rdi, 40(%rsp)                     # return there
-    movq {SH_FN}(%rsi), %rdi                # the function that returned
-    movq %rsi, %fs:{TLS_SHADOW_TOP}(%rcx)        # popped, after reading it (a signal handler
-                                            # pushes above it until then)
     cmpq $0, %fs:{TLS_GUARD}(%rcx)
-    jne .Lexit_out
+    jne .Lexit_pop
     cmpb $0, instrfn_enabled(%rip)
-    je .Lexit_out
+    je .Lexit_pop
     rdtsc
     shlq $32, %rdx
     orq %rax, %rdx                          # timestamp
-    movq $16, %rax
-    xaddq %rax, %fs:{TLS_TRACE_POS}(%rcx)        # our event
-    leaq 16(%rax), %rsi
-    cmpq %fs:{TLS_TRACE_END}(%rcx), %rsi
-    ja .Lexit_nochunk
+1:  movq %fs:{TLS_TRACE_POS}(%rcx), %rax     # our event, reserved as in the entry's fast path
+    leaq 16(%rax), %rdi
+    cmpq %fs:{TLS_TRACE_END}(%rcx), %rdi
+    ja .Lexit_slow                          # no room: the slow path does it all (the entry
+                                            # is still pushed)
+    cmpxchgq %rdi, %fs:{TLS_TRACE_POS}(%rcx)
+    jne 1b
     movq %rdx, (%rax)
+    movq {SH_FN}(%rsi), %rdi                # the function that returned
     shlq ${EV_SHIFT}, %rdi
     orq ${EV_EXIT}, %rdi
     movq %rdi, 8(%rax)
+.Lexit_pop:
+    # Popped after the event: until here a handler that interrupts us finds the entry intact
+    # (it pushes and pops above it).
+    movq {SH_RET}(%rsi), %rdi
+    movq %rdi, 40(%rsp)                     # return there
+    movq $0, {SH_SLOT}(%rsi)                     # free entries have slot 0
+    movq %rsi, %fs:{TLS_SHADOW_TOP}(%rcx)        # popped
 .Lexit_out:
     popq %rdi
     popq %rsi
@@ -494,8 +509,6 @@ instrfn_x86_64_exit:
     popq %rcx
     popq %rax
     ret
-.Lexit_nochunk:
-    addq ${SH_BYTES}, %fs:{TLS_SHADOW_TOP}(%rcx)  # push the entry back: the slow path does it all
 .Lexit_slow:
     # instrfn_trace_exit_slow(&Tls, slot) with everything saved; it returns the original
     # return address of the frame whose slot that was (it closes the frames above it).

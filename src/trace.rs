@@ -566,7 +566,7 @@ pub fn thread_ended(tls: &mut Tls, block: &ThreadBlock) {
     let ts = arch::counter();
     while let Some(top) = shadow_entries(tls).last() {
         let func = top.func;
-        tls.shadow_top -= SH_BYTES;
+        pop(tls);
         event(tls, block, EV_UNWOUND, func, ts);
     }
     flush_lost(tls, block);
@@ -807,6 +807,23 @@ fn shadow_entries(tls: &Tls) -> &'static mut [Shadow] {
     unsafe { core::slice::from_raw_parts_mut(tls.shadow_base as *mut Shadow, n) }
 }
 
+/// Pops the newest shadow entry: its slot is zeroed first (a free entry's slot is 0, and an
+/// entry whose slot is 0 is one a fast path has reserved and not filled yet — see
+/// [`in_progress`]).
+fn pop(tls: &mut Tls) {
+    if let Some(top) = shadow_entries(tls).last_mut() {
+        top.slot = ptr::null_mut();
+        tls.shadow_top -= SH_BYTES;
+    }
+}
+
+/// Whether a shadow entry is being pushed by the code this thread's slow path interrupted (a
+/// signal handler's calls): the fast path reserves the entry first and writes its slot last,
+/// so until then the slot is 0. Such an entry and the ones below it are alive.
+fn in_progress(e: &Shadow) -> bool {
+    e.slot.is_null()
+}
+
 /// Whether two stack addresses can be compared: both on the thread's alternate signal stack,
 /// or both off it.
 fn same_stack(tls: &Tls, a: usize, b: usize) -> bool {
@@ -826,6 +843,9 @@ fn close_gone(tls: &mut Tls, block: &ThreadBlock, slot: usize, inclusive: bool, 
         let Some(top) = entries.last() else {
             return;
         };
+        if in_progress(top) {
+            return;
+        }
         let s = top.slot as usize;
         let gone = (s < slot || (inclusive && s == slot)) && same_stack(tls, s, slot);
         if !gone {
@@ -835,7 +855,7 @@ fn close_gone(tls: &mut Tls, block: &ThreadBlock, slot: usize, inclusive: bool, 
         // The slot may still hold the exit trampoline (a longjmp left it): put the original
         // back where that is still the frame's slot... it is not: the frame is gone, the memory
         // belongs to someone else now. Leave it.
-        tls.shadow_top -= SH_BYTES;
+        pop(tls);
         event(tls, block, EV_UNWOUND, func, ts);
     }
 }
@@ -847,7 +867,7 @@ fn after_unwinding(tls: &mut Tls, block: &ThreadBlock, slot: usize, inclusive: b
     tls.unwound = 0;
     close_gone(tls, block, slot, inclusive, ts);
     let trampoline = arch::exit_trampoline();
-    for e in shadow_entries(tls) {
+    for e in shadow_entries(tls).iter().filter(|e| !in_progress(e)) {
         // SAFETY: the slot of a live frame of this thread (above the current one).
         unsafe {
             if *e.slot == e.ret {
@@ -866,7 +886,7 @@ const WALKING: usize = 2;
 /// something else now and is left alone.
 fn restore_return_addresses(tls: &mut Tls) {
     let trampoline = arch::exit_trampoline();
-    for e in shadow_entries(tls).iter().rev() {
+    for e in shadow_entries(tls).iter().rev().filter(|e| !in_progress(e)) {
         // SAFETY: a return slot this thread's fast path replaced; if the frame is still there
         // it holds the trampoline, and the original goes back.
         unsafe {
@@ -916,7 +936,7 @@ unsafe fn trace_call(tls: &mut Tls, block: &ThreadBlock, slot: *mut usize, self_
             && unsafe { *slot } == arch::exit_trampoline()
         {
             let (ret, func) = (top.ret, top.func);
-            tls.shadow_top -= SH_BYTES;
+            pop(tls);
             event(tls, block, EV_EXIT, func, ts);
             // SAFETY: as above; the original return address goes back for the code below.
             unsafe { *slot = ret };
@@ -976,16 +996,33 @@ pub unsafe extern "C" fn instrfn_trace_exit_slow(tls: *mut Tls, slot: *mut usize
     // SAFETY: a thread that has shadow entries has its block.
     let block = unsafe { block.as_ref() };
     if let Some(block) = block {
+        // An entry still being pushed above the returning frame's is stale: the code that
+        // was pushing it is gone (a signal handler that interrupted it jumped out with
+        // longjmp), since a frame below it returns.
         if tls.unwound == UNWOUND {
             after_unwinding(tls, block, slot_addr, false, ts);
-        } else {
+        }
+        loop {
             close_gone(tls, block, slot_addr, false, ts);
+            match shadow_entries(tls).last() {
+                Some(top)
+                    if in_progress(top)
+                        && shadow_entries(tls)
+                            .iter()
+                            .any(|e| e.slot as usize == slot_addr) =>
+                {
+                    let func = top.func;
+                    pop(tls);
+                    event(tls, block, EV_UNWOUND, func, ts);
+                }
+                _ => break,
+            }
         }
     }
     let ret = match shadow_entries(tls).last() {
         Some(top) if top.slot as usize == slot_addr => {
             let (ret, func) = (top.ret, top.func);
-            tls.shadow_top -= SH_BYTES;
+            pop(tls);
             if let Some(block) = block
                 && crate::runtime::recording()
             {

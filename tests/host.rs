@@ -1901,18 +1901,20 @@ fn trace_process_trees_and_many_threads() {
     assert!(stderr_of(&out).contains("instrfn: "), "{}", stderr_of(&out));
     let files = std::fs::read_dir(&trace).unwrap().count();
     assert_eq!(files, 2);
-    let events = std::fs::metadata(
-        std::fs::read_dir(&trace)
-            .unwrap()
-            .flatten()
-            .find(|e| e.file_name().to_string_lossy().ends_with(".events"))
-            .unwrap()
-            .path(),
-    )
-    .unwrap()
-    .len();
-    // Chunks are handed on with thread blocks (9 of them): the file holds the events plus at
-    // most one partly filled chunk per block, not a chunk per thread.
+    let events = std::os::unix::fs::MetadataExt::blocks(
+        &std::fs::metadata(
+            std::fs::read_dir(&trace)
+                .unwrap()
+                .flatten()
+                .find(|e| e.file_name().to_string_lossy().ends_with(".events"))
+                .unwrap()
+                .path(),
+        )
+        .unwrap(),
+    ) * 512;
+    // Chunks are handed on with thread blocks (9 of them): the file's blocks hold the events
+    // plus at most one partly filled chunk per block, not a chunk per thread (chunks the
+    // collector prepared and nobody took are holes).
     let data = 16 * 4000 * (2 + 2 * 50 + 1);
     assert!(
         events <= data + 9 * (1 << 20),
@@ -2039,4 +2041,43 @@ fn trace_collector_prepares_chunks_and_is_optional() {
         parent > 0 && child > 0 && parent != child,
         "collectors {parent} {child}"
     );
+}
+
+#[test]
+fn trace_signal_handlers_interrupting_trampolines() {
+    // tracesig.c: a second thread signals the main thread again as soon as its handler ran,
+    // so handlers (which trace 102 calls each) land between any two instructions of the
+    // trampolines, with 4 KiB chunks that they often fill. Every run must give a nested trace
+    // with every exit and the exact counts.
+    let dir = workdir("trace-signals");
+    for (name, flags) in [("pg", &["-pg"][..]), ("fentry", &["-pg", "-mfentry"][..])] {
+        let exe = build_plain(&dir, "tracesig.c", flags, &["-lpthread"]);
+        let exe_named = dir.join(format!("tracesig-{name}"));
+        std::fs::rename(&exe, &exe_named).unwrap();
+        for run in 0..4 {
+            let context = format!("{name} run {run}");
+            let (out, trace) =
+                record_trace(&exe_named, &["3000"], &[("INSTRFN_BUFSIZE", "4096")], &dir);
+            let text = stdout_of(&out);
+            let w: Vec<u64> = text
+                .split_whitespace()
+                .filter_map(|t| t.parse().ok())
+                .collect();
+            let (handled, calls) = (w[0], w[1]);
+            // 1000 unless the machine is busy (the sender then runs less often).
+            assert!(handled >= 50, "{context}: {text}");
+            let procs = instrfn_dump(&trace);
+            let counts = assert_balanced(&procs[0], &context);
+            assert_eq!(procs[0].lost, 0, "{context}");
+            for (f, n) in [
+                ("work", calls),
+                ("on_signal", handled),
+                ("handler_fn", handled),
+                ("leaf", 2 * calls + 100 * handled),
+            ] {
+                assert_eq!(count_of(&counts, "entry", f), n, "{context}: {f}");
+                assert_eq!(count_of(&counts, "exit", f), n, "{context}: {f}");
+            }
+        }
+    }
 }

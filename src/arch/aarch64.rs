@@ -375,6 +375,8 @@ unsafe fn tail_call(tls: *mut Tls, slot: *mut usize) {
     if top_fp != fp {
         return;
     }
+    // SAFETY: top is the newest entry: popped with its slot zeroed (src/trace.rs, `pop`).
+    unsafe { ((top + SH_SLOT) as *mut usize).write(0) };
     t.shadow_top = top;
     // SAFETY: slot 1 records an exit event of top_fn (the -finstrument-functions route).
     unsafe { crate::trace::instrfn_trace_slow(tls, core::ptr::without_provenance_mut(1), top_fn) };
