@@ -13,6 +13,8 @@
 //!   mmap: data written into a mapping of allocated blocks can never fault);
 //! - frames left behind by `longjmp` (the newest shadow entry's frame lies at or below the new
 //!   one's) are closed (`EV_UNWOUND`) before the new entry;
+//! - a tail call (the newest entry's return slot is the new one's, and still holds the exit
+//!   trampoline): that function's exit, and the new one returns to its return address;
 //! - after an unwinder walked the stack (the unwinder's entry points are wrapped, see
 //!   src/interpose.c, and put the original return addresses back first), the frames that are
 //!   gone are closed and the ones still alive get the exit trampoline again;
@@ -741,6 +743,8 @@ unsafe fn trace_call(tls: &mut Tls, block: &ThreadBlock, slot: *mut usize, self_
     let slot_addr = slot as usize;
     let hijack = slot_addr > 1;
     if hijack {
+        // SAFETY: slot is the function's return slot (per the contract).
+        unsafe { tail_call(tls, block, slot, ts) };
         if tls.unwound != 0 {
             after_unwinding(tls, block, slot_addr, true, ts);
         } else {
@@ -775,6 +779,28 @@ unsafe fn trace_call(tls: &mut Tls, block: &ThreadBlock, slot: *mut usize, self_
             *slot = arch::exit_trampoline();
         }
     }
+}
+
+/// A tail call (`jmp`/`jg` from one traced function to the next, which -O2 code makes): the
+/// newest entry's frame has the same return slot as the new one, and the slot still holds the
+/// exit trampoline, replaced for that frame. That function is done: its exit is now, and the
+/// new function returns where it would have (the caller records it as usual).
+///
+/// # Safety
+/// `slot` is the new function's return slot.
+unsafe fn tail_call(tls: &mut Tls, block: &ThreadBlock, slot: *mut usize, ts: u64) {
+    let Some(top) = shadow_entries(tls).last() else {
+        return;
+    };
+    // SAFETY: per the contract.
+    if top.slot != slot || unsafe { *slot } != arch::exit_trampoline() {
+        return;
+    }
+    let (ret, func) = (top.ret, top.func);
+    tls.shadow_top -= SH_BYTES;
+    event(tls, block, EV_EXIT, func, ts);
+    // SAFETY: per the contract.
+    unsafe { *slot = ret };
 }
 
 /// The exit trampoline's slow path: the newest shadow entry is not the returning frame's (its

@@ -454,3 +454,53 @@ fn s390x_trace_clock_without_an_end_line() {
     let (a, b) = (last(&full[0]), last(&killed[0]));
     assert!(a > 0.0 && (a - b).abs() <= 0.01 * a, "{a} ns vs {b} ns");
 }
+
+#[test]
+fn s390x_trace_tail_calls_end_their_callers() {
+    // gcc -O2 ends f in `jg g` and g in `jg h`: each tail call leaves the frame's slot holding
+    // the exit trampoline, with the calling function's shadow entry on the same slot. The
+    // slow path closes that function (its exit) and gives the new one its return address, so
+    // h returns straight to main through the trampoline.
+    for flags in [&["-pg"][..], &["-pg", "-mfentry"][..]] {
+        let name = format!("s390x-trace-tailcall{}", flags.join(""));
+        let dir = workdir(&name);
+        let obj = compile(&dir, "c/tailcall.c", flags, "tailcall.o");
+        let lib = runtime_lib(S390X, Lib::Static);
+        let exe = cc(
+            S390X,
+            &[
+                obj.as_os_str(),
+                lib.as_os_str(),
+                OsStr::new("-lpthread"),
+                OsStr::new("-ldl"),
+            ],
+            &dir.join("tailcall"),
+        );
+        let trace = dir.join("trace");
+        let out = run_traced(&exe, &[], false, &[], &dir, &trace);
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "result 9");
+        let procs = instrfn_dump(&trace);
+        let seq: Vec<String> = procs[0]
+            .threads
+            .values()
+            .next()
+            .unwrap()
+            .iter()
+            .map(|e| format!("{} {}", e.kind, e.name))
+            .collect();
+        assert_eq!(
+            seq,
+            [
+                "entry main",
+                "entry f",
+                "exit f",
+                "entry g",
+                "exit g",
+                "entry h",
+                "exit h",
+                "exit main"
+            ],
+            "{name}"
+        );
+    }
+}
