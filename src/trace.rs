@@ -94,12 +94,18 @@ static HIJACK: AtomicBool = AtomicBool::new(true);
 /// off (all threads, for the summary).
 static NOEXIT: AtomicU64 = AtomicU64::new(0);
 
+/// Full chunks a thread keeps mapped while events reserved in them are unwritten.
+const PENDING: usize = 4;
+
 #[repr(C)]
 /// What one thread's block holds for tracing. Written by the owner (its slow path), read by
 /// the exit writer.
 pub struct BlockTrace {
     /// The chunk being filled (mapped), and its index in the file.
     chunk: AtomicUsize,
+    /// Full chunks still mapped because events reserved in them were not written yet when the
+    /// thread took the next chunk (see [`retire`]): base and end of their events, 0 when free.
+    pending: [[AtomicUsize; 2]; PENDING],
     /// The next sequence number of this slot's chunks.
     seq: AtomicU64,
     /// Events lost on this slot in total (for the meta file).
@@ -112,6 +118,7 @@ impl BlockTrace {
     pub const fn new() -> BlockTrace {
         BlockTrace {
             chunk: AtomicUsize::new(0),
+            pending: [const { [const { AtomicUsize::new(0) }; 2] }; PENDING],
             seq: AtomicU64::new(0),
             lost: AtomicU64::new(0),
             shadow: AtomicUsize::new(0),
@@ -511,17 +518,16 @@ pub fn thread_ended(tls: &mut Tls, block: &ThreadBlock) {
     flush_lost(tls, block);
     thread_line(block);
     let t = &block.trace;
-    let chunk = t.chunk.swap(0, Ordering::Relaxed);
-    if chunk != 0 {
-        // SAFETY: this thread's own chunk mapping, no longer written (pos/end cleared first).
-        tls.trace_pos = 0;
-        tls.trace_end = 0;
-        unsafe {
-            libc::munmap(
-                chunk as *mut libc::c_void,
-                CHUNK_BYTES.load(Ordering::Relaxed),
-            )
-        };
+    tls.trace_pos = 0;
+    tls.trace_end = 0;
+    let size = CHUNK_BYTES.load(Ordering::Relaxed);
+    for chunk in core::iter::once(&t.chunk).chain(t.pending.iter().map(|p| &p[0])) {
+        let chunk = chunk.swap(0, Ordering::Relaxed);
+        if chunk != 0 {
+            // SAFETY: this thread's own chunk mappings, no longer written (pos/end cleared
+            // first; the exiting thread runs no fast path any more).
+            unsafe { libc::munmap(chunk as *mut libc::c_void, size) };
+        }
     }
 }
 
@@ -586,8 +592,8 @@ fn refill(tls: &mut Tls, block: &ThreadBlock) -> bool {
     let t = &block.trace;
     let old = t.chunk.swap(base, Ordering::Relaxed);
     if old != 0 {
-        // SAFETY: this thread's previous chunk, full: nothing writes it any more.
-        unsafe { libc::munmap(old as *mut libc::c_void, size) };
+        let end = tls.trace_pos.clamp(old + CHUNK_HEADER, old + size);
+        retire(t, old, end, size);
     }
     let seq = t.seq.fetch_add(1, Ordering::Relaxed);
     // SAFETY: the header lies at the start of the fresh mapping.
@@ -603,6 +609,41 @@ fn refill(tls: &mut Tls, block: &ThreadBlock) -> bool {
     tls.trace_end = base + size;
     tls.trace_pos = base + CHUNK_HEADER;
     true
+}
+
+/// The thread leaves its full chunk `old` (events up to `end`): it is unmapped once every event
+/// reserved in it is written. A fast path that a signal handler interrupted between reserving
+/// its event and writing it writes it when the handler returns, even if the handler took the
+/// next chunk meanwhile (and so may each level of nested handlers), so until then the chunk
+/// stays mapped, in `pending`, checked again at every refill. A chunk that finds no free
+/// place there stays mapped for good: a leak, never a fault.
+fn retire(t: &BlockTrace, old: usize, end: usize, size: usize) {
+    let unmap = |chunk: usize| {
+        // SAFETY: a chunk mapping of this thread whose events are all written: nothing writes
+        // it any more.
+        unsafe { libc::munmap(chunk as *mut libc::c_void, size) };
+    };
+    for p in &t.pending {
+        let chunk = p[0].load(Ordering::Relaxed);
+        if chunk != 0 && all_written(chunk, p[1].load(Ordering::Relaxed)) {
+            unmap(chunk);
+            p[0].store(0, Ordering::Relaxed);
+        }
+    }
+    if all_written(old, end) {
+        unmap(old);
+    } else if let Some(p) = t.pending.iter().find(|p| p[0].load(Ordering::Relaxed) == 0) {
+        p[0].store(old, Ordering::Relaxed);
+        p[1].store(end, Ordering::Relaxed);
+    }
+}
+
+/// Whether every event of the chunk at `base`, up to `end`, has its tag word (written last).
+fn all_written(base: usize, end: usize) -> bool {
+    (base + CHUNK_HEADER..end).step_by(EV_BYTES).all(|at| {
+        // SAFETY: inside a chunk this thread has mapped.
+        unsafe { ((at + 8) as *const u64).read_volatile() != 0 }
+    })
 }
 
 /// Writes one event from Rust (the slow path), taking a chunk if needed; counts it as lost
@@ -933,6 +974,9 @@ pub fn after_fork(dir: &[u8]) {
     for block in crate::thread::blocks() {
         // The parent's chunk mappings are shared with the parent: never write them here.
         block.trace.chunk.store(0, Ordering::Relaxed);
+        for p in &block.trace.pending {
+            p[0].store(0, Ordering::Relaxed);
+        }
         block.trace.seq.store(0, Ordering::Relaxed);
     }
     // SAFETY: this thread's TLS block (the only thread).

@@ -504,3 +504,85 @@ fn s390x_trace_tail_calls_end_their_callers() {
         );
     }
 }
+
+/// The events of one dumped thread as a properly nested call tree: every exit closes the
+/// newest open entry of the same function, nothing is left open; other kinds are errors.
+fn assert_nested(events: &[DumpEvent], context: &str) {
+    let mut open: Vec<&str> = Vec::new();
+    for e in events {
+        match e.kind.as_str() {
+            "entry" => open.push(&e.name),
+            "exit" => assert_eq!(
+                open.pop(),
+                Some(e.name.as_str()),
+                "{context}: exit {} does not close the newest entry",
+                e.name
+            ),
+            other => panic!("{context}: {other} {}", e.name),
+        }
+    }
+    assert!(open.is_empty(), "{context}: never exited: {open:?}");
+}
+
+#[test]
+fn s390x_trace_signal_handlers_interrupt_trampolines_anywhere() {
+    // Handlers that trace (and, with 4 KiB chunks, take the next chunk) between any two
+    // instructions of the entry and exit trampolines: the main thread's trace stays nested
+    // and complete, and every call is in it. Each handler makes ~200 events, so it usually
+    // takes a new chunk while the code it interrupted may hold a reservation in the old one,
+    // which must stay mapped until written.
+    for flags in [
+        &["-pg"][..],
+        &["-pg", "-mfentry"][..],
+        &["-finstrument-functions"][..],
+    ] {
+        let name = format!("s390x-trace-signals{}", flags.join(""));
+        let dir = workdir(&name);
+        let obj = compile(&dir, "c/tracesig.c", flags, "tracesig.o");
+        let lib = runtime_lib(S390X, Lib::Static);
+        let exe = cc(
+            S390X,
+            &[
+                obj.as_os_str(),
+                lib.as_os_str(),
+                OsStr::new("-lpthread"),
+                OsStr::new("-ldl"),
+            ],
+            &dir.join("tracesig"),
+        );
+        for round in 0..3 {
+            let context = format!("{name} round {round}");
+            let trace = dir.join("trace");
+            let out = run_traced(
+                &exe,
+                &["20000"],
+                false,
+                &[("INSTRFN_BUFSIZE", "4096")],
+                &dir,
+                &trace,
+            );
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            let words: Vec<&str> = stdout.split_whitespace().collect();
+            let (handled, calls): (usize, usize) = match words[..] {
+                ["handled", h, "calls", c] => (h.parse().unwrap(), c.parse().unwrap()),
+                _ => panic!("{context}: {stdout}"),
+            };
+            assert!(handled > 0, "{context}: no signal was handled");
+            let procs = instrfn_dump(&trace);
+            let p = &procs[0];
+            for (tid, events) in &p.threads {
+                assert_nested(events, &format!("{context} thread {tid}"));
+            }
+            let counts = dump_counts(p);
+            let n = |k: &str, f: &str| counts.get(&(k.to_string(), f.to_string())).copied();
+            assert_eq!(n("exit", "work"), Some(calls), "{context}");
+            assert_eq!(n("exit", "on_signal"), Some(handled), "{context}");
+            assert_eq!(n("exit", "handler_fn"), Some(handled), "{context}");
+            assert_eq!(
+                n("exit", "leaf"),
+                Some(2 * calls + 100 * handled),
+                "{context}"
+            );
+        }
+    }
+}
