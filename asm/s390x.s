@@ -46,6 +46,9 @@
 #   unless it is a leaf. The function returns with %r15 = S again, so the exit trampoline
 #   finds its slot the same way. One definition for both kinds keeps frames of mcount and
 #   fentry code comparable (a callee's S lies at least 160 bytes below its caller's).
+# - mcount code is only hijacked if the instruction after its call reloads r14 from 8(%r15)
+#   (checked at the return address): clang 14 calls mcount after its prologue, with no return
+#   address at 8(%r15), and gets entries without exits (EV_NOEXIT), nothing replaced.
 # - The slow path hands the Rust side that slot with the original return address in it, so
 #   that `*slot = trampoline` takes effect: for __fentry__ it is r14 as the slow path saved it
 #   (and restores it from); for mcount the word at 8(%r15) is moved there first and back
@@ -82,7 +85,8 @@
     # Trace mode's: Tls {TLS_TRACE_POS} trace_pos, {TLS_TRACE_END} trace_end, {TLS_SHADOW_TOP} shadow_top,
     # {TLS_SHADOW_END} shadow_end, {TLS_SHADOW_BASE} shadow_base, {TLS_UNWOUND} unwound; shadow entries of {SH_BYTES}
     # bytes: original return address at {SH_RET}, slot at {SH_SLOT}, function at {SH_FN}; events of {EV_BYTES}
-    # bytes, the second word (address << {EV_SHIFT}) | kind, kinds {EV_ENTRY} entry and {EV_EXIT} exit.
+    # bytes, the second word (address << {EV_SHIFT}) | kind, kinds {EV_ENTRY} entry, {EV_EXIT} exit and {EV_NOEXIT} entry
+    # without exit.
 
     .data
     # Vector facility, found by the first slow path: 0 = not yet known, 1 = absent, 2 = present
@@ -259,6 +263,14 @@ instrfn_s390x_\name:
     .set .Lhijack_\name, 0
     .endif
     .endif
+    .ifc \trace,mcount
+    # The return address is at 8(%r15) only if the function reloads r14 from there right
+    # after the call (gcc, LLVM); clang 14 calls mcount after its prologue, with 8(%r15) a
+    # word of its own frame: then an entry without exit, nothing replaced.
+    larl %r3,instrfn_s390x_mcount_reload
+    clc 0(6,%r1),0(%r3)
+    jne .Lnoexit_\name
+    .endif
     .if .Lhijack_\name
     cghsi {TLS_UNWOUND}(%r2),0
     jne .Ltslow_\name
@@ -335,9 +347,42 @@ instrfn_s390x_\name:
     lgr %r1,%r14
     .endif
     j instrfn_s390x_slow
+    .ifc \trace,mcount
+.Lnoexit_\name:
+    # An entry without exit ({EV_NOEXIT}): the event only.
+    lg %r3,{TLS_TRACE_POS}(%r2)
+4:  la %r5,{EV_BYTES}(%r3)
+    clg %r5,{TLS_TRACE_END}(%r2)
+    jh 5f
+    csg %r3,%r5,{TLS_TRACE_POS}(%r2)
+    jne 4b
+    stckf 0(%r3)
+    sllg %r5,%r1,{EV_SHIFT}
+    oill %r5,{EV_NOEXIT}
+    stg %r5,8(%r3)
+    lmg %r2,%r5,16(%r15)
+    br %r1
+5:  # No room: the slow path with flag 4, which shows the Rust side a return slot holding 0
+    # (not replaceable, src/arch/s390x.rs): an entry without exit too.
+    larl %r4,instrfn_trace_slow
+    la %r3,112(%r15)
+    lghi %r5,4
+    lgr %r2,%r1
+    j instrfn_s390x_slow
+    .endif
     .cfi_endproc
     .size instrfn_s390x_\name, .-instrfn_s390x_\name
     .endm
+
+# The instruction gcc and LLVM put right after `brasl %r14,_mcount`/`mcount` (FAST_PATH compares
+# the 6 bytes at the return address with it).
+    .section .rodata
+    .p2align 1
+    .type instrfn_s390x_mcount_reload,@object
+    .size instrfn_s390x_mcount_reload, 6
+instrfn_s390x_mcount_reload:
+    lg %r14,8(%r15)
+    .text
 
 # mcount / _mcount: self_pc = r14 (also the return-address column), from_pc at 8(%r15).
     FAST_PATH mcount, %r14, lg, 8(%r15), %r14, %r1, mcount
@@ -356,7 +401,9 @@ instrfn_s390x_\name:
 #     1  mcount in trace mode: the return address is at 8(%r15), where the function reloads
 #        r14 from; it is moved into r14's slot (112(%r15), r14 = r1 is restored from r1) for
 #        the Rust function, and back afterwards;
-#     2  the Rust function returns the address to return to (the exit trampoline's slow part).
+#     2  the Rust function returns the address to return to (the exit trampoline's slow part);
+#     4  mcount in trace mode without the reload after the call (clang 14): the Rust function
+#        sees 0 in r14's slot (an entry without exit), and r14 = r1 is restored.
 #   Returns through r1 with r2-r15, a0/a1, f0-f15 and v0-v31 as they were (r0 restored too),
 #   and the guard as it was; errno is kept by the Rust side. The function is
 #   instrfn_slow_path(tls, from_pc, self_pc) in gmon mode, instrfn_trace_slow(tls, slot,
@@ -430,6 +477,9 @@ instrfn_s390x_slow:
     tmll %r8,1
     jz 0f
     mvc 112(8,%r11),8(%r11)          # mcount, trace mode: the return address into r14's slot
+0:  tmll %r8,4
+    jz 0f
+    mvghi 112(%r11),0                # mcount called after the prologue: nothing to replace
 0:
     # Block every signal (see asm/x86_64.s).
     BLOCK_SIGNALS 160
@@ -513,6 +563,8 @@ instrfn_s390x_slow:
 5:  tmll %r8,1
     jz 7f
     mvc 8(8,%r11),112(%r11)          # the return address (replaced or not) back to 8(%r15),
+7:  tmll %r8,5
+    jz 7f
     stg %r10,112(%r11)               # and r14 = self_pc again
 7:  lg %r0,168(%r15)
     lg %r1,176(%r15)

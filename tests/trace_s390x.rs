@@ -23,6 +23,21 @@ fn compile(dir: &Path, src: &str, flags: &[&str], obj: &str) -> PathBuf {
     cc(S390X, &args, &dir.join(obj))
 }
 
+/// The same with clang for s390x (Debian's clang cross-compiles with the gcc cross headers).
+fn compile_clang(dir: &Path, src: &str, flags: &[&str], obj: &str) -> PathBuf {
+    require_tool("clang");
+    let obj = dir.join(obj);
+    run_ok(
+        std::process::Command::new("clang")
+            .args(["--target=s390x-linux-gnu", "-O2", "-march=z13", "-c"])
+            .args(flags)
+            .arg(fixture(src))
+            .arg("-o")
+            .arg(&obj),
+    );
+    obj
+}
+
 /// Runs `exe` in trace mode into `trace` (a fresh directory), with the runtime preloaded
 /// (`preload`) or linked in, and `extra` environment.
 fn run_traced(
@@ -50,16 +65,27 @@ fn s390x_trace_golden_call_tree_every_entry() {
     // -pg (_mcount), -pg -mfentry (__fentry__) and -finstrument-functions, preloaded and with
     // the runtime linked in, read by the host's `instrfn dump` (big-endian chunks, symbols
     // from the s390x ELF file, TOD clock).
+    // clang 14 -pg -mfentry makes the same first-instruction call as gcc. (clang 14 -pg
+    // itself is s390x_trace_clang14_mcount_entries_only.)
     let args = [T.to_string(), K.to_string()];
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    for flags in [
-        &["-pg"][..],
-        &["-pg", "-mfentry"][..],
-        &["-finstrument-functions"][..],
+    for (clang, flags) in [
+        (false, &["-pg"][..]),
+        (false, &["-pg", "-mfentry"][..]),
+        (false, &["-finstrument-functions"][..]),
+        (true, &["-pg", "-mfentry"][..]),
     ] {
-        let name = format!("s390x-trace-golden{}", flags.join(""));
+        let name = format!(
+            "s390x-trace-golden{}{}",
+            if clang { "-clang" } else { "" },
+            flags.join("")
+        );
         let dir = workdir(&name);
-        let obj = compile(&dir, "c/calltree.c", flags, "calltree.o");
+        let obj = if clang {
+            compile_clang(&dir, "c/calltree.c", flags, "calltree.o")
+        } else {
+            compile(&dir, "c/calltree.c", flags, "calltree.o")
+        };
         let preloaded = cc(
             S390X,
             &[obj.as_os_str(), OsStr::new("-lpthread")],
@@ -134,8 +160,9 @@ fn exit_harness(dir: &Path, march: &str) -> (PathBuf, PathBuf) {
 }
 
 /// The kinds of the exit harness: 0 `_mcount` (gcc -pg), 1 `__fentry__` (gcc -pg -mfentry),
-/// 2 `mcount` (LLVM's name, same sequence).
-const EXIT_KINDS: [&str; 3] = ["0", "1", "2"];
+/// 2 `mcount` (LLVM's name, same sequence), 3 `mcount` called after the prologue (clang 14 -pg:
+/// entries without exits).
+const EXIT_KINDS: [&str; 4] = ["0", "1", "2", "3"];
 
 /// The harness's "ok calls=N entries=E exits=X skipped=S" line, as (E, X, S).
 fn exit_ok(stdout: &str, context: &str) -> (usize, usize, usize) {
@@ -187,6 +214,18 @@ fn s390x_trace_exit_trampoline_keeps_registers() {
                 };
                 let traced = format!("traced{kind}");
                 let skip = format!("skipped{kind}");
+                if kind == "3" {
+                    // Nothing hijacked: entries without exits, nothing to close.
+                    assert_eq!(count("entry-no-exit", &traced), entries, "{context}");
+                    assert_eq!(count("entry-no-exit", &skip), skipped, "{context}");
+                    assert_eq!(exits, 0, "{context}");
+                    assert_eq!(
+                        counts.len(),
+                        4,
+                        "{context}: {counts:?} (main's entry and exit, those two)"
+                    );
+                    continue;
+                }
                 assert_eq!(count("entry", &traced), entries, "{context}: {counts:?}");
                 assert_eq!(count("exit", &traced), exits, "{context}: {counts:?}");
                 if label == "depth 1" {
@@ -245,14 +284,22 @@ fn s390x_trace_exit_trampoline_without_vector_facility() {
         let (entries, exits, _) = exit_ok(&String::from_utf8_lossy(&out.stdout), kind);
         let counts = dump_counts(&instrfn_dump(&trace)[0]);
         let traced = format!("traced{kind}");
+        let entry = if kind == "3" {
+            "entry-no-exit"
+        } else {
+            "entry"
+        };
         assert_eq!(
-            counts.get(&("entry".to_string(), traced.clone())),
+            counts.get(&(entry.to_string(), traced.clone())),
             Some(&entries),
             "kind {kind}"
         );
         assert_eq!(
-            counts.get(&("exit".to_string(), traced)),
-            Some(&exits),
+            counts
+                .get(&("exit".to_string(), traced))
+                .copied()
+                .unwrap_or(0),
+            exits,
             "kind {kind}"
         );
     }
@@ -585,4 +632,56 @@ fn s390x_trace_signal_handlers_interrupt_trampolines_anywhere() {
             );
         }
     }
+}
+
+#[test]
+fn s390x_trace_clang14_mcount_entries_only() {
+    // clang 14 -pg calls mcount after its prologue, as an ordinary call: nothing reloads r14
+    // from 8(%r15), which is a word of the function's own frame. The trampoline sees that at
+    // the return address and records entries without exits, replacing nothing; the trace is
+    // every entry, in order, and nothing else (no exit, nothing closed as unwound).
+    let dir = workdir("s390x-trace-clang14-pg");
+    let obj = compile_clang(&dir, "c/calltree.c", &["-pg"], "calltree.o");
+    let lib = runtime_lib(S390X, Lib::Static);
+    let exe = cc(
+        S390X,
+        &[
+            obj.as_os_str(),
+            lib.as_os_str(),
+            OsStr::new("-lpthread"),
+            OsStr::new("-ldl"),
+        ],
+        &dir.join("calltree"),
+    );
+    let trace = dir.join("trace");
+    run_traced(
+        &exe,
+        &[&T.to_string(), &K.to_string()],
+        false,
+        &[],
+        &dir,
+        &trace,
+    );
+    let worker: Vec<(String, String)> = calltree_worker(K)
+        .into_iter()
+        .filter(|(kind, _)| kind == "entry")
+        .map(|(_, name)| ("entry-no-exit".to_string(), name))
+        .collect();
+    let main = vec![("entry-no-exit".to_string(), "main".to_string())];
+    let procs = instrfn_dump(&trace);
+    let (mut workers, mut mains) = (0, 0);
+    for (tid, events) in &procs[0].threads {
+        let seq: Vec<(String, String)> = events
+            .iter()
+            .map(|e| (e.kind.clone(), e.name.clone()))
+            .collect();
+        if seq == worker {
+            workers += 1;
+        } else if seq == main {
+            mains += 1;
+        } else {
+            panic!("thread {tid}: {seq:?}");
+        }
+    }
+    assert_eq!((workers, mains), (T, 1));
 }
