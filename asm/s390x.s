@@ -64,6 +64,9 @@
 #   trampoline (whose CFI has no return address). Code that keeps r14 elsewhere
 #   (-mpacked-stack, hand-written frames) gets no such fix-up: unwinding through it stops at
 #   the trampoline, and the write only happens where the word holds the trampoline's address.
+# - A tail call (`jg` from a traced function to another, r14 or 8(%r15) still holding the
+#   trampoline) finds the newest entry on its own slot and goes to the slow path, which ends
+#   the caller and gives the callee its return address (src/trace.rs).
 # - No red zone: the fast paths keep their scratch registers in the instrumented function's
 #   save area as in gmon mode; the exit trampoline keeps r4/r5 in the returning function's save
 #   area (S + 32), which nothing uses any more, and its slow part runs in the slow path's frame.
