@@ -2,8 +2,8 @@
 #
 # Same plan, names and shared layouts (Tls, ArcTable, slot, hash) as asm/x86_64.s, the annotated
 # reference; this file documents only how s390x differs. Assembled as one `global_asm!` block by
-# src/arch/s390x.rs, whose naked exported stubs (mcount, _mcount, __fentry__, the guarded entry
-# points) branch into the routines below.
+# src/arch/s390x.rs, whose naked exported stubs (mcount, _mcount, __fentry__,
+# __cyg_profile_func_enter/exit, the guarded entry points) branch into the routines below.
 #
 # What differs from x86_64
 # - Calls are `brasl %rN,target`: the return address goes into a register, not onto the stack.
@@ -36,6 +36,48 @@
 #   the claim is `csg` (compare and swap, one instruction, so a signal handler on this thread
 #   sees the slot either empty or claimed), its comparand is r4, and r4 (the slot offset) is
 #   recomputed from the slot address only when a handler claimed the slot first.
+#
+# Trace mode (src/trace.rs; the plan and its rules are asm/x86_64.s's)
+# - The return address is replaced where the function takes it from next: the word at 8(%r15)
+#   for mcount (the function reloads r14 from it right after the call), r14 itself for
+#   __fentry__ (the fast path sets it before returning through r1).
+# - A frame is known by its slot, S + 112 for both kinds, S being its entry %r15: r14's slot
+#   in its register save area, where its prologue saves r14 (by then the trampoline's address)
+#   unless it is a leaf. The function returns with %r15 = S again, so the exit trampoline
+#   finds its slot the same way. One definition for both kinds keeps frames of mcount and
+#   fentry code comparable (a callee's S lies at least 160 bytes below its caller's).
+# - mcount code is only hijacked if the instruction after its call reloads r14 from 8(%r15)
+#   (checked at the return address): clang 14 calls mcount after its prologue, with no return
+#   address at 8(%r15), and gets entries without exits (EV_NOEXIT), nothing replaced.
+# - The slow path hands the Rust side that slot with the original return address in it, so
+#   that `*slot = trampoline` takes effect: for __fentry__ it is r14 as the slow path saved it
+#   (and restores it from); for mcount the word at 8(%r15) is moved there first and back
+#   afterwards (r14 is self_pc = r1 then, restored from r1).
+# - Unwinding: before an unwinder walks the stack src/trace.rs puts `*slot = ret` back into
+#   every slot that holds the trampoline, and the trampoline again afterwards. Every frame an
+#   unwinder walks through, but the innermost one of a signal handler's context, is suspended
+#   in a call, so it is past its prologue and not a leaf: it saved r14 at S + 112 (the standard
+#   frame layout, gcc's and LLVM's), exactly where its CFI makes the unwinder look, so the
+#   unwinder sees the original return address. A leaf, or a frame interrupted before its
+#   prologue, keeps the trampoline in r14 (or at 8(%r15)): its slot is a save slot it does not
+#   use, the write changes nothing it reads, and an unwinder that starts in it stops at the
+#   trampoline (whose CFI has no return address). Code that keeps r14 elsewhere
+#   (-mpacked-stack, hand-written frames) gets no such fix-up: unwinding through it stops at
+#   the trampoline, and the write only happens where the word holds the trampoline's address.
+# - A tail call (`jg` from a traced function to another, r14 or 8(%r15) still holding the
+#   trampoline) finds the newest entry on its own slot and goes to the slow path, which ends
+#   the caller and gives the callee its return address (src/trace.rs).
+# - No red zone: the fast paths keep their scratch registers in the instrumented function's
+#   save area as in gmon mode; the exit trampoline keeps r4/r5 in the returning function's save
+#   area (S + 32), which nothing uses any more, and its slow part runs in the slow path's frame.
+# - Reservations (16 bytes of the chunk, 32 of the shadow stack) are compare-and-swap loops:
+#   z10 has no interlocked load-and-add (laag came with z196). Each loop checks for room
+#   before it claims, so only the shadow entry may have to be given back (agsi, one
+#   instruction).
+# - The clock is the TOD clock, `stckf` (bit 51 = 1 microsecond: 4096 ticks per microsecond),
+#   stored straight into the event.
+# - Events and chunk headers are big-endian (native order); the reader tells by the header's
+#   version field.
 
     # Shared data (instrfn_tls, instrfn_enabled, instrfn_all_signals) is in asm/data.s.
     # The layout operands of trampoline_asm! used here: Tls {TLS_TABLE} table, {TLS_GUARD} guard;
@@ -43,6 +85,11 @@
     # slots of {SLOT_SIZE} (1 << {SLOT_SHIFT}) bytes, self_pc at {SLOT_SELF}, from_pc at {SLOT_FROM}, count at {SLOT_COUNT}
     # (from the table base plus the slot offset); the hash multiplier {HASH_MUL} comes from
     # instrfn_hash_mul (asm/data.s).
+    # Trace mode's: Tls {TLS_TRACE_POS} trace_pos, {TLS_TRACE_END} trace_end, {TLS_SHADOW_TOP} shadow_top,
+    # {TLS_SHADOW_END} shadow_end, {TLS_SHADOW_BASE} shadow_base, {TLS_UNWOUND} unwound; shadow entries of {SH_BYTES}
+    # bytes: original return address at {SH_RET}, slot at {SH_SLOT}, function at {SH_FN}; events of {EV_BYTES}
+    # bytes, the second word (address << {EV_SHIFT}) | kind, kinds {EV_ENTRY} entry, {EV_EXIT} exit and {EV_NOEXIT} entry
+    # without exit.
 
     .data
     # Vector facility, found by the first slow path: 0 = not yet known, 1 = absent, 2 = present
@@ -89,15 +136,22 @@ instrfn_s390x_vx:
     .cfi_offset %r15, -40
     .endm
 
-# FAST_PATH name, self, fromop, fromsrc, retcol
-#   Entry: \self = self_pc (the return address into the instrumented function), `\fromop
-#   %r3,\fromsrc` loads from_pc; \retcol is the register holding the return address (for CFI).
+# FAST_PATH name, self, fromop, fromsrc, retcol, ret, trace
+#   Entry: \self = self_pc, `\fromop %r3,\fromsrc` loads from_pc; \retcol is the register
+#   holding the return address (for CFI) and \ret the register returned through: %r1 (a copy
+#   of \self) for _mcount/mcount/__fentry__, %r14 for the __cyg_profile_* functions.
+#   \trace says what trace mode does (asm/x86_64.s): `mcount` and `fentry` record an entry and
+#   replace the return address, which is at 8(%r15) (mcount) or in %r14 (fentry); `enter` and
+#   `exit` record an entry or exit event of self_pc only (`exit` counts nothing in gmon mode).
 #   Registers: every register but r0 and r1 is preserved (r1 = self_pc on return, r0 is not
-#   touched). r2-r5 are scratch, kept at 16-47(%r15) = CFA-144..CFA-120 in the save area, on
-#   every path (the insert path too: it needs no other register); the condition code is
-#   clobbered (any call may clobber it). %r15 never moves, so the CFI rows set at entry hold
-#   throughout.
-    .macro FAST_PATH name, self, fromop, fromsrc, retcol
+#   touched); trace mode sets the replaced return address (8(%r15) or r14) to
+#   instrfn_s390x_exit. r2-r5 are scratch, kept at 16-47(%r15) = CFA-144..CFA-120 in the save
+#   area, on every path (the insert path too: it needs no other register); the condition code
+#   is clobbered (any call may clobber it). %r15 never moves, so the CFI rows set at entry
+#   hold throughout.
+#   In the trace part: r2 = &Tls, r1 = self_pc, r3 = the frame's slot (%r15 + 112), then the
+#   event; r4 = the shadow entry; r5 scratch.
+    .macro FAST_PATH name, self, fromop, fromsrc, retcol, ret, trace
     .p2align 4
     .globl instrfn_s390x_\name
     .hidden instrfn_s390x_\name
@@ -110,7 +164,7 @@ instrfn_s390x_\name:
     .cfi_offset %r3, -136
     .cfi_offset %r4, -128
     .cfi_offset %r5, -120
-    lgr %r1,\self                           # self_pc; we return through r1
+    lgr %r1,\self                           # self_pc; mcount/fentry return through r1
     \fromop %r3,\fromsrc                    # from_pc
     ear %r2,%a0                             # thread pointer = a0:a1
     sllg %r2,%r2,32
@@ -122,6 +176,12 @@ instrfn_s390x_\name:
     larl %r4,instrfn_enabled
     cli 0(%r4),0
     je .Lout_\name
+    larl %r4,instrfn_mode
+    cli 0(%r4),0
+    jne .Ltrace_\name
+    .ifc \trace,exit
+    j .Lout_\name
+    .endif
     lg %r2,{TLS_TABLE}(%r2)                           # this thread's ArcTable
     ltgr %r2,%r2
     jz .Lslow_\name
@@ -143,7 +203,7 @@ instrfn_s390x_\name:
                                             # that counts on this thread never tears it
 .Lout_\name:
     lmg %r2,%r5,16(%r15)
-    br %r1
+    br \ret
 .Lmiss_\name:
     cghsi 0(%r5),0                          # empty slot: the arc is not in the table
     je .Linsert_\name
@@ -166,7 +226,7 @@ instrfn_s390x_\name:
     agsi {SLOT_COUNT}-{SLOT_SELF}(%r5),1                          # count: 0 -> 1, one instruction
     agsi {TBL_LEN}(%r2),1                          # len, one instruction
     lmg %r2,%r5,16(%r15)
-    br %r1
+    br \ret
 .Lraced_\name:
     # A signal handler claimed the slot first: probe it again (it may hold our own arc now).
     lay %r4,-{SLOT_SELF}(%r5)                        # slot offset = slot - table - {SLOT_SELF}
@@ -179,31 +239,192 @@ instrfn_s390x_\name:
     je .Lslow_\name
     agsi {TBL_LOST}(%r2),1
     lmg %r2,%r5,16(%r15)
-    br %r1
+    br \ret
 .Lslow_\name:
-    j instrfn_s390x_slow                    # r1 = self_pc, r3 = from_pc, r2-r5 in the save area
+    # instrfn_slow_path(tls, from_pc = r3, self_pc = r2), see instrfn_s390x_slow
+    larl %r4,instrfn_slow_path
+    lghi %r5,0
+    lgr %r2,%r1
+    .ifc \ret,%r14
+    lgr %r1,%r14
+    .endif
+    j instrfn_s390x_slow
+
+.Ltrace_\name:
+    # Trace mode (src/trace.rs; the plan is asm/x86_64.s's). The frame is known by its slot,
+    # %r15 + 112 at entry (r14's slot in its register save area: see "Trace mode" above).
+    # Reservations are compare-and-swap loops (csg: z10 has no load-and-add), each of which
+    # checks for room before it claims anything, so only the shadow entry ever has to be given
+    # back. A signal handler that reserves between our load and our csg makes the csg fail,
+    # and we try again from its new top.
+    .ifc \trace,mcount
+    .set .Lhijack_\name, 1
+    .else
+    .ifc \trace,fentry
+    .set .Lhijack_\name, 1
+    .else
+    .set .Lhijack_\name, 0
+    .endif
+    .endif
+    .ifc \trace,mcount
+    # The return address is at 8(%r15) only if the function reloads r14 from there right
+    # after the call (gcc, LLVM); clang 14 calls mcount after its prologue, with 8(%r15) a
+    # word of its own frame: then an entry without exit, nothing replaced.
+    larl %r3,instrfn_s390x_mcount_reload
+    clc 0(6,%r1),0(%r3)
+    jne .Lnoexit_\name
+    .endif
+    .if .Lhijack_\name
+    larl %r4,instrfn_mode
+    cli 0(%r4),2
+    je .Ltslow_\name                        # exits off (INSTRFN_EXITS): the slow path records an
+                                            # entry without exit
+    cghsi {TLS_UNWOUND}(%r2),0
+    jne .Ltslow_\name
+    la %r3,112(%r15)                        # our slot
+    lg %r4,{TLS_SHADOW_TOP}(%r2)
+1:  clg %r4,{TLS_SHADOW_BASE}(%r2)
+    je 2f
+    clg %r3,{SH_SLOT}-{SH_BYTES}(%r4)               # the newest entry's frame at or below ours is
+    jnl .Ltslow_\name                       # gone (longjmp): the slow path closes it
+2:  la %r5,{SH_BYTES}(%r4)
+    clg %r5,{TLS_SHADOW_END}(%r2)
+    jh .Ltslow_\name                        # full (or no shadow stack yet): entry only
+    # The slot goes into the entry before the claim too: a signal handler that interrupts us
+    # right after it compares its frame with ours, never with a stale or zero slot. A handler
+    # that ran between this store and the claim has pushed and popped here: store it again.
+    stg %r3,{SH_SLOT}(%r4)
+    csg %r4,%r5,{TLS_SHADOW_TOP}(%r2)
+    jne 1b
+    stg %r3,{SH_SLOT}(%r4)                        # r4 = our shadow entry
+    .endif
+    lg %r3,{TLS_TRACE_POS}(%r2)
+3:  la %r5,{EV_BYTES}(%r3)
+    clg %r5,{TLS_TRACE_END}(%r2)
+    jh .Ltnochunk_\name                     # past the chunk's end (or no chunk): slow path
+    csg %r3,%r5,{TLS_TRACE_POS}(%r2)
+    jne 3b                                  # r3 = our event
+    stckf 0(%r3)                            # the timestamp, then the word that marks it written
+    sllg %r5,%r1,{EV_SHIFT}
+    .ifc \trace,exit
+    oill %r5,{EV_EXIT}
+    .else
+    oill %r5,{EV_ENTRY}
+    .endif
+    stg %r5,8(%r3)
+    .if .Lhijack_\name
+    .ifc \trace,fentry
+    stg %r14,{SH_RET}(%r4)                        # the original return address
+    .else
+    mvc {SH_RET}(8,%r4),8(%r15)
+    .endif
+    stg %r1,{SH_FN}(%r4)
+    .ifc \trace,fentry
+    larl %r14,instrfn_s390x_exit            # the function now returns to the exit trampoline
+    .else
+    larl %r5,instrfn_s390x_exit
+    stg %r5,8(%r15)                         # (it reloads r14 from here next)
+    .endif
+    .endif
+    lmg %r2,%r5,16(%r15)
+    br \ret
+.Ltnochunk_\name:
+    .if .Lhijack_\name
+    agsi {TLS_SHADOW_TOP}(%r2),-{SH_BYTES}            # give the shadow entry back
+    .endif
+.Ltslow_\name:
+    # instrfn_trace_slow(tls, slot = r3, self_pc = r2): slot %r15 + 112 (mcount: with flag 1,
+    # the return address moved there), 0 for __cyg_profile_func_enter, 1 for _exit
+    larl %r4,instrfn_trace_slow
+    lghi %r5,0
+    .if .Lhijack_\name
+    la %r3,112(%r15)
+    .ifc \trace,mcount
+    lghi %r5,1
+    .endif
+    .else
+    .ifc \trace,exit
+    lghi %r3,1
+    .else
+    lghi %r3,0
+    .endif
+    .endif
+    lgr %r2,%r1
+    .ifc \ret,%r14
+    lgr %r1,%r14
+    .endif
+    j instrfn_s390x_slow
+    .ifc \trace,mcount
+.Lnoexit_\name:
+    # An entry without exit ({EV_NOEXIT}): the event only.
+    lg %r3,{TLS_TRACE_POS}(%r2)
+4:  la %r5,{EV_BYTES}(%r3)
+    clg %r5,{TLS_TRACE_END}(%r2)
+    jh 5f
+    csg %r3,%r5,{TLS_TRACE_POS}(%r2)
+    jne 4b
+    stckf 0(%r3)
+    sllg %r5,%r1,{EV_SHIFT}
+    oill %r5,{EV_NOEXIT}
+    stg %r5,8(%r3)
+    lmg %r2,%r5,16(%r15)
+    br %r1
+5:  # No room: the slow path with flag 4, which shows the Rust side a return slot holding 0
+    # (not replaceable, src/arch/s390x.rs): an entry without exit too.
+    larl %r4,instrfn_trace_slow
+    la %r3,112(%r15)
+    lghi %r5,4
+    lgr %r2,%r1
+    j instrfn_s390x_slow
+    .endif
     .cfi_endproc
     .size instrfn_s390x_\name, .-instrfn_s390x_\name
     .endm
 
-# mcount / _mcount: self_pc = r14 (also the return-address column), from_pc at 8(%r15).
-    FAST_PATH mcount, %r14, lg, 8(%r15), %r14
-# __fentry__: self_pc = r0 (the return-address column), from_pc = r14, which must survive.
-    FAST_PATH fentry, %r0, lgr, %r14, %r0
+# The instruction gcc and LLVM put right after `brasl %r14,_mcount`/`mcount` (FAST_PATH compares
+# the 6 bytes at the return address with it).
+    .section .rodata
+    .p2align 1
+    .type instrfn_s390x_mcount_reload,@object
+    .size instrfn_s390x_mcount_reload, 6
+instrfn_s390x_mcount_reload:
+    lg %r14,8(%r15)
+    .text
 
-# instrfn_s390x_slow: the slow path of both trampolines.
-#   Entry (by j): r1 = self_pc = the return address, r3 = from_pc, the instrumented code's r2-r5
-#   at 16-47(%r15); r0 and r14 as the trampoline got them (__fentry__: r0 = self_pc and r14 is
-#   the instrumented function's own return address). Returns through r1 with r2-r15, a0/a1,
-#   f0-f15 and v0-v31 as they were (r0 restored too); errno is kept by the Rust side.
+# mcount / _mcount: self_pc = r14 (also the return-address column), from_pc at 8(%r15).
+    FAST_PATH mcount, %r14, lg, 8(%r15), %r14, %r1, mcount
+# __fentry__: self_pc = r0 (the return-address column), from_pc = r14, which must survive.
+    FAST_PATH fentry, %r0, lgr, %r14, %r0, %r1, fentry
+# __cyg_profile_func_enter(this_fn = r2, call_site = r3) / _exit: ordinary calls (gcc and
+# clang -finstrument-functions), returning through r14; they preserve more than they must.
+    FAST_PATH cyg_enter, %r2, lgr, %r3, %r14, %r14, enter
+    FAST_PATH cyg_exit, %r2, lgr, %r3, %r14, %r14, exit
+
+# instrfn_s390x_slow: the slow path of every trampoline.
+#   Entry (by j): r1 = the return address, r2 = self_pc, r3 = from_pc or the slot, r4 = the
+#   Rust function to call as fn(&Tls, r3, r2), r5 = flags; the instrumented code's r2-r5 at
+#   16-47(%r15); r0 and r14 as the trampoline got them (__fentry__: r0 = self_pc and r14 is
+#   the instrumented function's own return address). Flags:
+#     1  mcount in trace mode: the return address is at 8(%r15), where the function reloads
+#        r14 from; it is moved into r14's slot (112(%r15), r14 = r1 is restored from r1) for
+#        the Rust function, and back afterwards;
+#     2  the Rust function returns the address to return to (the exit trampoline's slow part);
+#     4  mcount in trace mode without the reload after the call (clang 14): the Rust function
+#        sees 0 in r14's slot (an entry without exit), and r14 = r1 is restored.
+#   Returns through r1 with r2-r15, a0/a1, f0-f15 and v0-v31 as they were (r0 restored too),
+#   and the guard as it was; errno is kept by the Rust side. The function is
+#   instrfn_slow_path(tls, from_pc, self_pc) in gmon mode, instrfn_trace_slow(tls, slot,
+#   self_pc) or instrfn_trace_exit_slow(tls, slot) in trace mode.
 #   Stack (CFA = entry %r15 + 160, held in %r11 while the frame exists):
 #      CFA-160 .. CFA-1  the instrumented function's register save area: CFA-152 from_pc (mcount,
 #                        untouched), CFA-144..-120 r2-r5, CFA-112..-40 r6-r15 (ABI slots)
 #      our frame, %r15 = CFA-992:
 #        0   backchain (= CFA-160) and the 160-byte save area of the Rust code we call
-#      160   old signal mask      168 r0      176 r1 (return address)      184 unused
+#      160   old signal mask      168 r0      176 r1 (return address)      184 old guard
 #      192   f0-f15, 8 bytes each (always; fixed CFI rules)
 #      320   v0-v31, 16 bytes each (only with the vector facility)
+#   r7 = the function, r8 = flags, r9 = &instrfn_s390x_vx, r10 = self_pc, r12 = arg 1,
+#   r13 = &Tls while the frame exists.
     .p2align 4
     .globl instrfn_s390x_slow
     .hidden instrfn_s390x_slow
@@ -256,9 +477,17 @@ instrfn_s390x_slow:
     .cfi_offset %f13, -696
     .cfi_offset %f14, -688
     .cfi_offset %f15, -680
-    lgr %r10,%r1                     # self_pc
-    lgr %r12,%r3                     # from_pc
-
+    lgr %r10,%r2                     # self_pc
+    lgr %r12,%r3                     # from_pc, or the slot
+    lgr %r7,%r4                      # the Rust function
+    lgr %r8,%r5                      # flags
+    tmll %r8,1
+    jz 0f
+    mvc 112(8,%r11),8(%r11)          # mcount, trace mode: the return address into r14's slot
+0:  tmll %r8,4
+    jz 0f
+    mvghi 112(%r11),0                # mcount called after the prologue: nothing to replace
+0:
     # Block every signal (see asm/x86_64.s).
     BLOCK_SIGNALS 160
 
@@ -267,6 +496,9 @@ instrfn_s390x_slow:
     ear %r13,%a1
     larl %r1,instrfn_tls@indntpoff
     ag %r13,0(%r1)                   # r13 = &Tls
+    lg %r0,{TLS_GUARD}(%r13)
+    stg %r0,184(%r15)                # the guard as it was (the exit trampoline's slow part
+                                     # may run with it held)
     mvghi {TLS_GUARD}(%r13),1                  # guard: counting calls made by the runtime return
 
     # Vector facility: known after the first slow path of the process. That first one asks
@@ -300,10 +532,14 @@ instrfn_s390x_slow:
     .machine pop
 3:
     lgr %r2,%r13                     # arg 0: &Tls
-    lgr %r3,%r12                     # arg 1: from_pc
+    lgr %r3,%r12                     # arg 1: from_pc, or the slot
     lgr %r4,%r10                     # arg 2: self_pc
-    brasl %r14,instrfn_slow_path@PLT
-    mvghi {TLS_GUARD}(%r13),0
+    basr %r14,%r7
+    tmll %r8,2
+    jz 6f
+    stg %r2,176(%r15)                # the exit trampoline's slow part: return there
+6:  lg %r0,184(%r15)
+    stg %r0,{TLS_GUARD}(%r13)
 
     RESTORE_SIGNALS 160
 
@@ -331,7 +567,13 @@ instrfn_s390x_slow:
     ld %f13,296(%r15)
     ld %f14,304(%r15)
     ld %f15,312(%r15)
-5:  lg %r0,168(%r15)
+5:  tmll %r8,1
+    jz 7f
+    mvc 8(8,%r11),112(%r11)          # the return address (replaced or not) back to 8(%r15),
+7:  tmll %r8,5
+    jz 7f
+    stg %r10,112(%r11)               # and r14 = self_pc again
+7:  lg %r0,168(%r15)
     lg %r1,176(%r15)
     lmg %r6,%r15,832+48(%r15)        # r15 back to its entry value last
     .cfi_def_cfa %r15, 160
@@ -371,6 +613,86 @@ instrfn_s390x_slow:
     br %r1
     .cfi_endproc
     .size instrfn_s390x_slow, .-instrfn_s390x_slow
+
+# instrfn_s390x_exit: where an instrumented function returns to in trace mode (its return
+#   address was replaced by the fast path, or by instrfn_trace_slow, which keep the original
+#   in this thread's shadow stack).
+#   Entry (by the function's `br %r14`): %r15 = the function's entry %r15 = S, so its slot is
+#   S + 112; every register as the function left it: r2 (and r3), f0/f2/f4/f6 and v24 may
+#   hold its result. Preserved: r2-r13, r15, a0/a1, f0-f15, v0-v31 (the fast part touches no
+#   FP or vector register; the slow part saves them all). Clobbered: r0, r1 (free at any
+#   return: the ABI lets a call clobber them), r14 (= this trampoline's address on entry) and
+#   the condition code. r4 and r5 are kept at 32-47(S), the returning function's own register
+#   save area, which nothing uses any more (there is no red zone below S, and S itself is
+#   not moved by the fast part). Pops the newest shadow entry if it is this frame's, writes
+#   the exit event, and continues at the original return address (through r1).
+#   Registers: r14 = &Tls, r4 = the entry, then the event; r1 = the original return address,
+#   r0 = the function, r5 scratch.
+#   Everything out of the ordinary (the entry is not ours: frames left behind by longjmp; an
+#   unwinder ran; no room for the event) goes to instrfn_trace_exit_slow(tls, slot) through
+#   instrfn_s390x_slow (flag 2), with everything saved, in a frame of its own with a
+#   backchain; it returns the original return address of this frame.
+#   The CFI marks the return address (r14's column) undefined: an unwinder that reaches this
+#   trampoline stops here (see "Trace mode" above). The no-op (bcr 0) before the label puts a return
+#   address that points at the label (looked up as address - 1) inside this FDE.
+    .p2align 4
+    .globl instrfn_s390x_exit
+    .hidden instrfn_s390x_exit
+    .type instrfn_s390x_exit,@function
+    .cfi_startproc
+    .cfi_undefined %r14
+    bcr 0,%r0
+instrfn_s390x_exit:
+    stmg %r4,%r5,32(%r15)
+    ear %r14,%a0
+    sllg %r14,%r14,32
+    ear %r14,%a1
+    larl %r1,instrfn_tls@indntpoff
+    ag %r14,0(%r1)                          # r14 = &Tls
+    cghsi {TLS_UNWOUND}(%r14),0
+    jne .Lexit_slow
+    lg %r4,{TLS_SHADOW_TOP}(%r14)
+    clg %r4,{TLS_SHADOW_BASE}(%r14)
+    je .Lexit_slow                          # no entry at all: the slow path says so
+    lay %r4,-{SH_BYTES}(%r4)                        # the newest entry
+    la %r5,112(%r15)                        # our slot
+    clg %r5,{SH_SLOT}(%r4)
+    jne .Lexit_slow                         # frames left behind by longjmp: the slow path
+    lg %r1,{SH_RET}(%r4)                          # return there
+    lg %r0,{SH_FN}(%r4)                          # the function that returned
+    cghsi {TLS_GUARD}(%r14),0
+    jne .Lexit_pop
+    larl %r5,instrfn_enabled
+    cli 0(%r5),0
+    je .Lexit_pop
+    lg %r4,{TLS_TRACE_POS}(%r14)
+1:  la %r5,{EV_BYTES}(%r4)
+    clg %r5,{TLS_TRACE_END}(%r14)
+    jh .Lexit_slow                          # no room: the entry is still ours, all goes slow
+    csg %r4,%r5,{TLS_TRACE_POS}(%r14)
+    jne 1b                                  # r4 = our event
+    agsi {TLS_SHADOW_TOP}(%r14),-{SH_BYTES}          # popped, after reading it (a signal handler
+                                            # pushes above it until then)
+    stckf 0(%r4)
+    sllg %r0,%r0,{EV_SHIFT}
+    oill %r0,{EV_EXIT}
+    stg %r0,8(%r4)
+    lmg %r4,%r5,32(%r15)
+    br %r1
+.Lexit_pop:
+    agsi {TLS_SHADOW_TOP}(%r14),-{SH_BYTES}          # not recording: popped, no event
+    lmg %r4,%r5,32(%r15)
+    br %r1
+.Lexit_slow:
+    stmg %r2,%r3,16(%r15)                   # r2-r5 in the save area, as the slow path expects
+    lghi %r1,0                              # no return address until the Rust side gives it
+    lghi %r2,0
+    la %r3,112(%r15)                        # arg 1: our slot
+    larl %r4,instrfn_trace_exit_slow
+    lghi %r5,2
+    j instrfn_s390x_slow
+    .cfi_endproc
+    .size instrfn_s390x_exit, .-instrfn_s390x_exit
 
 # instrfn_s390x_guarded: run a runtime entry point with this thread's guard held and all
 #   signals blocked (as on x86_64, also when called from a signal handler).

@@ -623,7 +623,7 @@ fn shared_libraries_export_only_their_interface() {
     for (arch, nm, fentry, cyg) in [
         (AARCH64, "aarch64-linux-gnu-nm", false, true),
         (RISCV64, "riscv64-linux-gnu-nm", false, true),
-        (S390X, "s390x-linux-gnu-nm", true, false),
+        (S390X, "s390x-linux-gnu-nm", true, true),
     ] {
         assert_eq!(
             exported_symbols(arch, nm),

@@ -1,9 +1,27 @@
 //! s390x (z/Architecture ELF ABI): `_mcount`/`mcount` before the prologue (self_pc = %r14,
 //! from_pc stored at `8(%r15)`) and `__fentry__` as the first instruction (self_pc = %r0,
-//! from_pc = %r14, return through %r1). The routines and their register contracts are in
-//! `asm/s390x.s`.
+//! from_pc = %r14, return through %r1), and the `__cyg_profile_func_enter/exit` functions of
+//! `-finstrument-functions` code. The routines and their register contracts are in
+//! `asm/s390x.s`, which also says how trace mode finds a frame's return address (its slot,
+//! entry `%r15 + 112`, for both kinds).
 
-trampoline_asm!("../../asm/s390x.s");
+trampoline_asm!("../../asm/s390x.s";
+    TLS_TRACE_POS = const core::mem::offset_of!(crate::thread::Tls, trace_pos),
+    TLS_TRACE_END = const core::mem::offset_of!(crate::thread::Tls, trace_end),
+    TLS_SHADOW_TOP = const core::mem::offset_of!(crate::thread::Tls, shadow_top),
+    TLS_SHADOW_END = const core::mem::offset_of!(crate::thread::Tls, shadow_end),
+    TLS_SHADOW_BASE = const core::mem::offset_of!(crate::thread::Tls, shadow_base),
+    TLS_UNWOUND = const core::mem::offset_of!(crate::thread::Tls, unwound),
+    SH_RET = const crate::trace::layout::SH_RET,
+    SH_SLOT = const crate::trace::layout::SH_SLOT,
+    SH_FN = const crate::trace::layout::SH_FN,
+    SH_BYTES = const crate::trace::layout::SH_BYTES,
+    EV_BYTES = const crate::trace::layout::EV_BYTES,
+    EV_SHIFT = const crate::trace::layout::EV_SHIFT,
+    EV_ENTRY = const crate::trace::layout::EV_ENTRY,
+    EV_EXIT = const crate::trace::layout::EV_EXIT,
+    EV_NOEXIT = const crate::trace::layout::EV_NOEXIT,
+);
 
 /// `naked_asm!` as the assembly is written (default options).
 macro_rules! naked {
@@ -25,6 +43,16 @@ entry_point! {
     /// ABI here: every register but %r0 and %r1 preserved, %r14 included; returns through
     /// %r1, so the unwinder finds the return address in %r0.
     __fentry__ => ".cfi_return_column %r0", "jg instrfn_s390x_fentry"
+}
+entry_point! {
+    /// `__cyg_profile_func_enter(this_fn, call_site)`: called by `-finstrument-functions` code
+    /// (gcc, clang) after every function's prologue, as an ordinary call. ABI here: every
+    /// register but %r0 and %r1 preserved (more than the ordinary call it is allows).
+    __cyg_profile_func_enter => "jg instrfn_s390x_cyg_enter"
+}
+entry_point! {
+    /// `__cyg_profile_func_exit(this_fn, call_site)`: before every return of such code.
+    __cyg_profile_func_exit => "jg instrfn_s390x_cyg_exit"
 }
 
 /// The body of a naked function that continues at `$f` with every register as it came.
@@ -56,27 +84,35 @@ macro_rules! guarded_jump {
 /// glibc's and musl's ucontext_t (uc_mcontext.psw.addr) share this prefix.
 pub const UC_PC_OFFSET: usize = 48;
 
-/// Trace mode is not yet available on this architecture: INSTRFN_MODE=trace writes gmon.out.
-pub const TRACE_SUPPORTED: bool = false;
-/// The trace clock (docs/trace-format.md).
+/// Trace mode has its trampolines here.
+pub const TRACE_SUPPORTED: bool = true;
+/// The trace clock (docs/trace-format.md): the TOD clock.
 pub const CLOCK_NAME: &str = "stckf";
 
-/// The trace clock now: the TOD clock (`stckf`, bit 51 = 1 µs).
+/// The trace clock now: the TOD clock (`stckf`, bit 51 = 1 µs, so 4096 ticks per µs), what
+/// the fast paths store in an event.
 #[inline]
 pub fn counter() -> u64 {
     let mut v: u64 = 0;
-    // SAFETY: stckf stores the TOD clock in the doubleword given.
+    // SAFETY: stckf stores the TOD clock in the doubleword given (and sets the condition
+    // code, which asm! assumes clobbered unless told otherwise).
     unsafe { core::arch::asm!("stckf 0({p})", p = in(reg_addr) &mut v, options(nostack)) };
     v
 }
 
-/// Where instrumented functions return to in trace mode (none yet here).
+unsafe extern "C" {
+    fn instrfn_s390x_exit();
+}
+
+/// The address an instrumented function returns to in trace mode.
 pub fn exit_trampoline() -> usize {
-    0
+    instrfn_s390x_exit as *const () as usize
 }
 
 /// Whether trace mode may replace the return address `ret` with the exit trampoline (else the
-/// call is recorded as an entry without exit).
-pub fn replaceable(_ret: usize) -> bool {
-    true
+/// call is recorded as an entry without exit). Any address can be replaced (the slot is a
+/// doubleword of the frame's save area, or r14) but 0: what the slow path shows for mcount
+/// code that keeps no return address at 8(%r15) (clang 14, see asm/s390x.s).
+pub fn replaceable(ret: usize) -> bool {
+    ret != 0
 }

@@ -837,3 +837,75 @@ pub fn assert_calltree_entries_only(p: &DumpProcess, t: usize, k: usize, context
     }
     assert_eq!((workers, mains), (t, 1), "{context}: {}", p.header);
 }
+
+/// How many events of each (kind, function name) a dumped process holds, over all threads.
+pub fn dump_counts(p: &DumpProcess) -> BTreeMap<(String, String), usize> {
+    let mut counts = BTreeMap::new();
+    for e in p.threads.values().flatten() {
+        *counts.entry((e.kind.clone(), e.name.clone())).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// One chunk of an events file as it lies on disk (docs/trace-format.md).
+#[derive(Debug, Clone, Copy)]
+pub struct RawChunk {
+    /// Whether its version field reads 1 little-endian (else it does big-endian).
+    pub little_endian: bool,
+    pub slot: u32,
+    pub seq: u64,
+    /// The kind of its first event (0: none written).
+    pub first_kind: u64,
+}
+
+/// The chunks of every events file in trace directory `dir`, read without the reader crate.
+pub fn raw_chunks(dir: &Path) -> Vec<RawChunk> {
+    let mut chunks = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "events") {
+            continue;
+        }
+        let data = std::fs::read(&path).unwrap();
+        // The first chunk written (one the collector prepared may be all zero).
+        let Some(first) = (0..data.len().saturating_sub(63))
+            .step_by(4096)
+            .find(|&o| data[o..o + 8] == *b"IFNCHNK1")
+        else {
+            continue;
+        };
+        let data = &data[..];
+        let version = u32::from_le_bytes(data[first + 8..first + 12].try_into().unwrap());
+        let le = version == 1;
+        let u32_at = |b: &[u8], i: usize| {
+            let a: [u8; 4] = b[i..i + 4].try_into().unwrap();
+            if le {
+                u32::from_le_bytes(a)
+            } else {
+                u32::from_be_bytes(a)
+            }
+        };
+        let u64_at = |b: &[u8], i: usize| {
+            let a: [u8; 8] = b[i..i + 8].try_into().unwrap();
+            if le {
+                u64::from_le_bytes(a)
+            } else {
+                u64::from_be_bytes(a)
+            }
+        };
+        assert_eq!(u32_at(data, first + 8), 1, "{}: version", path.display());
+        let size = u32_at(data, first + 12) as usize;
+        for chunk in data
+            .chunks(size)
+            .filter(|c| c.len() >= 80 && &c[..8] == b"IFNCHNK1")
+        {
+            chunks.push(RawChunk {
+                little_endian: le,
+                slot: u32_at(chunk, 16),
+                seq: u64_at(chunk, 24),
+                first_kind: u64_at(chunk, 72) & 15,
+            });
+        }
+    }
+    chunks
+}

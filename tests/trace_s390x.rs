@@ -1,0 +1,686 @@
+//! Trace mode on s390x, under qemu-user: golden call trees for every entry kind gcc emits
+//! (-pg, -pg -mfentry, -finstrument-functions), preloaded and linked; the exit trampoline's
+//! registers (fast and slow exits, with and without the vector facility, and a harness that
+//! catches a clobbering trampoline); unwinding through traced frames; and the host's
+//! `instrfn dump` reading the big-endian traces (symbols, clock).
+
+mod common;
+
+use common::*;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+/// calltree.c's threads and rounds.
+const T: usize = 4;
+const K: usize = 5;
+
+/// Compiles `tests/fixtures/<src>` for z13 (vector registers live) with `-O2 flags -c`.
+fn compile(dir: &Path, src: &str, flags: &[&str], obj: &str) -> PathBuf {
+    let source = fixture(src);
+    let mut args: Vec<&OsStr> = ["-O2", "-march=z13", "-c"].map(OsStr::new).to_vec();
+    args.extend(flags.iter().map(OsStr::new));
+    args.push(source.as_os_str());
+    cc(S390X, &args, &dir.join(obj))
+}
+
+/// The same with clang for s390x (Debian's clang cross-compiles with the gcc cross headers).
+fn compile_clang(dir: &Path, src: &str, flags: &[&str], obj: &str) -> PathBuf {
+    require_tool("clang");
+    let obj = dir.join(obj);
+    run_ok(
+        std::process::Command::new("clang")
+            .args(["--target=s390x-linux-gnu", "-O2", "-march=z13", "-c"])
+            .args(flags)
+            .arg(fixture(src))
+            .arg("-o")
+            .arg(&obj),
+    );
+    obj
+}
+
+/// Runs `exe` in trace mode into `trace` (a fresh directory), with the runtime preloaded
+/// (`preload`) or linked in, and `extra` environment.
+fn run_traced(
+    exe: &Path,
+    args: &[&str],
+    preload: bool,
+    extra: &[(&str, &str)],
+    dir: &Path,
+    trace: &Path,
+) -> std::process::Output {
+    let _ = std::fs::remove_dir_all(trace);
+    let lib = runtime_lib(S390X, Lib::Shared).display().to_string();
+    let out = trace.display().to_string();
+    let mut env = vec![("INSTRFN_MODE", "trace"), ("INSTRFN_OUTPUT", out.as_str())];
+    if preload {
+        env.push(("LD_PRELOAD", lib.as_str()));
+    }
+    env.extend_from_slice(extra);
+    run_within(&mut command(S390X, exe, args, &env, dir), 300)
+}
+
+#[test]
+fn s390x_trace_golden_call_tree_every_entry() {
+    // A known call tree at 4 threads: exactly the expected entry/exit sequence per thread, for
+    // -pg (_mcount), -pg -mfentry (__fentry__) and -finstrument-functions, preloaded and with
+    // the runtime linked in, read by the host's `instrfn dump` (big-endian chunks, symbols
+    // from the s390x ELF file, TOD clock).
+    // clang 14 -pg -mfentry makes the same first-instruction call as gcc. (clang 14 -pg
+    // itself is s390x_trace_clang14_mcount_entries_only.)
+    let args = [T.to_string(), K.to_string()];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    for (clang, flags) in [
+        (false, &["-pg"][..]),
+        (false, &["-pg", "-mfentry"][..]),
+        (false, &["-finstrument-functions"][..]),
+        (true, &["-pg", "-mfentry"][..]),
+    ] {
+        let name = format!(
+            "s390x-trace-golden{}{}",
+            if clang { "-clang" } else { "" },
+            flags.join("")
+        );
+        let dir = workdir(&name);
+        let obj = if clang {
+            compile_clang(&dir, "c/calltree.c", flags, "calltree.o")
+        } else {
+            compile(&dir, "c/calltree.c", flags, "calltree.o")
+        };
+        let preloaded = cc(
+            S390X,
+            &[obj.as_os_str(), OsStr::new("-lpthread")],
+            &dir.join("calltree"),
+        );
+        let lib = runtime_lib(S390X, Lib::Static);
+        let linked = cc(
+            S390X,
+            &[
+                obj.as_os_str(),
+                lib.as_os_str(),
+                OsStr::new("-lpthread"),
+                OsStr::new("-ldl"),
+            ],
+            &dir.join("calltree-linked"),
+        );
+        for (exe, preload, how) in [(&preloaded, true, "preloaded"), (&linked, false, "linked")] {
+            let context = format!("{name} {how}");
+            let trace = dir.join(format!("trace-{how}"));
+            let out = run_traced(exe, &args, preload, &[], &dir, &trace);
+            assert!(
+                String::from_utf8_lossy(&out.stdout).contains(&format!("calltree {T} {K}")),
+                "{context}: {out:?}"
+            );
+            let procs = instrfn_dump(&trace);
+            assert_eq!(procs.len(), 1, "{context}");
+            let p = &procs[0];
+            assert!(
+                !p.header.contains("did not exit normally"),
+                "{context}: {}",
+                p.header
+            );
+            assert_calltree(p, T, K, &context);
+            let events: usize = p.threads.values().map(Vec::len).sum();
+            assert_eq!(events, 2 + T * (2 + 10 * K), "{context}");
+            // The chunks are big-endian: the version word reads 1 that way.
+            for chunk in raw_chunks(&trace) {
+                assert!(!chunk.little_endian, "{context}: {chunk:?}");
+            }
+        }
+    }
+}
+
+/// The exit-trampoline harness (tests/fixtures/regs/s390x_exit.S and its driver) built for
+/// `march`, statically linked with the runtime, and dynamically against libinstrfn.so.
+fn exit_harness(dir: &Path, march: &str) -> (PathBuf, PathBuf) {
+    let driver = fixture("regs/s390x_exit_driver.c");
+    let harness = fixture("regs/s390x_exit.S");
+    let march = format!("-march={march}");
+    let lib = runtime_lib(S390X, Lib::Static);
+    let shared = runtime_lib(S390X, Lib::Shared);
+    let libdir = format!("-L{}", shared.parent().unwrap().display());
+    let common: Vec<&OsStr> = vec![
+        OsStr::new("-O1"),
+        OsStr::new(&march),
+        driver.as_os_str(),
+        harness.as_os_str(),
+    ];
+    let mut st = common.clone();
+    st.extend([lib.as_os_str(), OsStr::new("-lpthread"), OsStr::new("-ldl")]);
+    let st = cc(S390X, &st, &dir.join("exit-static"));
+    // Eager binding: a lazy PLT resolver (the loader, not instrfn) clobbers scratch registers.
+    let mut dy = common;
+    dy.extend([
+        OsStr::new(&libdir),
+        OsStr::new("-linstrfn"),
+        OsStr::new("-Wl,-z,now"),
+        OsStr::new("-lpthread"),
+    ]);
+    let dy = cc(S390X, &dy, &dir.join("exit-dynamic"));
+    (st, dy)
+}
+
+/// The kinds of the exit harness: 0 `_mcount` (gcc -pg), 1 `__fentry__` (gcc -pg -mfentry),
+/// 2 `mcount` (LLVM's name, same sequence), 3 `mcount` called after the prologue (clang 14 -pg:
+/// entries without exits).
+const EXIT_KINDS: [&str; 4] = ["0", "1", "2", "3"];
+
+/// The harness's "ok calls=N entries=E exits=X skipped=S" line, as (E, X, S).
+fn exit_ok(stdout: &str, context: &str) -> (usize, usize, usize) {
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("ok "))
+        .unwrap_or_else(|| panic!("{context}: no ok line in {stdout}"));
+    let field = |key: &str| -> usize {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key)?.parse().ok())
+            .unwrap_or_else(|| panic!("{context}: no {key} in {line}"))
+    };
+    (field("entries="), field("exits="), field("skipped="))
+}
+
+#[test]
+fn s390x_trace_exit_trampoline_keeps_registers() {
+    // Every register a function may return in, and every callee-saved one (v0-v31 in full),
+    // through the exit trampoline's fast part and its slow part (a frame left behind; no room
+    // in the chunk; a full shadow stack), and through the entry trampolines in trace mode.
+    let dir = workdir("s390x-trace-exit-regs");
+    let (st, dy) = exit_harness(&dir, "z13");
+    let shared = runtime_lib(S390X, Lib::Shared);
+    let libdir = shared.parent().unwrap().display().to_string();
+    let ld = ("LD_LIBRARY_PATH", libdir.as_str());
+    for (exe, link) in [(&st, "static"), (&dy, "dynamic")] {
+        for (label, env) in [
+            ("default", vec![]),
+            ("4 KiB chunks", vec![("INSTRFN_BUFSIZE", "4096")]),
+            ("depth 1", vec![("INSTRFN_MAX_DEPTH", "1")]),
+        ] {
+            for kind in EXIT_KINDS {
+                let context = format!("{link} {label} kind {kind}");
+                let trace = dir.join("trace");
+                let mut env = env.clone();
+                if link == "dynamic" {
+                    env.push(ld);
+                }
+                let out = run_traced(exe, &[kind], false, &env, &dir, &trace);
+                let stdout = String::from_utf8_lossy(&out.stdout);
+                let (entries, exits, skipped) = exit_ok(&stdout, &context);
+                let procs = instrfn_dump(&trace);
+                let counts = dump_counts(&procs[0]);
+                let count = |kind: &str, name: &str| {
+                    counts
+                        .get(&(kind.to_string(), name.to_string()))
+                        .copied()
+                        .unwrap_or(0)
+                };
+                let traced = format!("traced{kind}");
+                let skip = format!("skipped{kind}");
+                if kind == "3" {
+                    // Nothing hijacked: entries without exits, nothing to close.
+                    assert_eq!(count("entry-no-exit", &traced), entries, "{context}");
+                    assert_eq!(count("entry-no-exit", &skip), skipped, "{context}");
+                    assert_eq!(exits, 0, "{context}");
+                    assert_eq!(
+                        counts.len(),
+                        4,
+                        "{context}: {counts:?} (main's entry and exit, those two)"
+                    );
+                    continue;
+                }
+                assert_eq!(count("entry", &traced), entries, "{context}: {counts:?}");
+                assert_eq!(count("exit", &traced), exits, "{context}: {counts:?}");
+                if label == "depth 1" {
+                    // The skipped frame found the shadow stack full: an entry without exit,
+                    // and nothing to close.
+                    assert_eq!(count("entry-no-exit", &skip), skipped, "{context}");
+                    assert_eq!(count("unwound", &skip), 0, "{context}");
+                } else {
+                    assert_eq!(count("entry", &skip), skipped, "{context}: {counts:?}");
+                    assert_eq!(count("unwound", &skip), skipped, "{context}: {counts:?}");
+                }
+                if label == "4 KiB chunks" {
+                    // The driver's schedule puts an exit at the start of every chunk of its fast
+                    // section (15 of them): exits the trampoline had no room for.
+                    let starts = raw_chunks(&trace)
+                        .iter()
+                        .filter(|c| c.slot == 0 && c.seq > 0 && c.first_kind == 2)
+                        .count();
+                    assert!(
+                        starts >= 15,
+                        "{context}: {starts} chunks start with an exit"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn s390x_trace_exit_trampoline_without_vector_facility() {
+    // The slow parts pick their save method at run time: on a CPU without the vector facility
+    // they save the FPRs only and execute no vector instruction (qemu would raise SIGILL).
+    let dir = workdir("s390x-trace-exit-novx");
+    let (st, _) = exit_harness(&dir, "z10");
+    for kind in EXIT_KINDS {
+        let trace = dir.join("trace");
+        let _ = std::fs::remove_dir_all(&trace);
+        let out = run_ok(
+            std::process::Command::new("qemu-s390x")
+                .args([
+                    "-cpu",
+                    "qemu,vx=off,vxeh=off,vxeh2=off",
+                    "-L",
+                    S390X.sysroot.unwrap(),
+                    "-E",
+                    "INSTRFN_MODE=trace",
+                    "-E",
+                    "INSTRFN_BUFSIZE=4096",
+                    "-E",
+                ])
+                .arg(format!("INSTRFN_OUTPUT={}", trace.display()))
+                .arg(&st)
+                .arg(kind)
+                .current_dir(&dir),
+        );
+        let (entries, exits, _) = exit_ok(&String::from_utf8_lossy(&out.stdout), kind);
+        let counts = dump_counts(&instrfn_dump(&trace)[0]);
+        let traced = format!("traced{kind}");
+        let entry = if kind == "3" {
+            "entry-no-exit"
+        } else {
+            "entry"
+        };
+        assert_eq!(
+            counts.get(&(entry.to_string(), traced.clone())),
+            Some(&entries),
+            "kind {kind}"
+        );
+        assert_eq!(
+            counts
+                .get(&("exit".to_string(), traced))
+                .copied()
+                .unwrap_or(0),
+            exits,
+            "kind {kind}"
+        );
+    }
+}
+
+/// A test that cannot fail proves nothing: the exit harness, linked against fake trampolines
+/// that replace the return address with fake exit trampolines which each clobber one register
+/// a function returns in (r2; the right half of v24, the vector return register; f2, the
+/// imaginary part of a complex result), must name each.
+#[test]
+fn s390x_trace_harness_catches_a_clobbering_exit_trampoline() {
+    let dir = workdir("s390x-trace-exit-negative");
+    let fake = "\
+        .machine z13\n\
+        .globl _mcount, __fentry__, mcount, instrfn_start, instrfn_stop\n\
+        .globl __cyg_profile_func_enter, __cyg_profile_func_exit\n\
+        _mcount: lg %r1, 8(%r15)\n stgrl %r1, saved\n larl %r1, exit_r2\n\
+         stg %r1, 8(%r15)\n br %r14\n\
+        exit_r2: lghi %r2, 0\n lgrl %r1, saved\n br %r1\n\
+        __fentry__: stgrl %r14, saved\n larl %r14, exit_v24\n lgr %r1, %r0\n br %r1\n\
+        exit_v24: vleig %v24, 0, 1\n lgrl %r1, saved\n br %r1\n\
+        mcount: lg %r1, 8(%r15)\n stgrl %r1, saved\n larl %r1, exit_f2\n\
+         stg %r1, 8(%r15)\n br %r14\n\
+        exit_f2: lzdr %f2\n lgrl %r1, saved\n br %r1\n\
+        instrfn_start: br %r14\ninstrfn_stop: br %r14\n\
+        __cyg_profile_func_enter: br %r14\n__cyg_profile_func_exit: br %r14\n\
+        .data\n .p2align 3\nsaved: .quad 0\n\
+        .section .note.GNU-stack,\"\",%progbits\n";
+    let fake_s = dir.join("fake.S");
+    std::fs::write(&fake_s, fake).unwrap();
+    let driver = fixture("regs/s390x_exit_driver.c");
+    let harness = fixture("regs/s390x_exit.S");
+    let exe = cc(
+        S390X,
+        &[
+            OsStr::new("-O1"),
+            OsStr::new("-march=z13"),
+            driver.as_os_str(),
+            harness.as_os_str(),
+            fake_s.as_os_str(),
+            OsStr::new("-lpthread"),
+        ],
+        &dir.join("exit-fake"),
+    );
+    // Indices in the harness's order: r2 is #0, the right half of v24 #15 + 2 * 24 + 1, f2 (the
+    // left half of v2) #15 + 2 * 2.
+    for (kind, index, what) in [("0", 0, "r2"), ("1", 64, "v24 right half"), ("2", 19, "f2")] {
+        let out = run(&mut command(S390X, &exe, &[kind, "once"], &[], &dir));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "kind {kind} ({what}) passed: {}{stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(
+            stderr.contains(&format!("after the exit: register #{index} clobbered")),
+            "kind {kind}, {what} (#{index}): {stderr}"
+        );
+        assert!(!stderr.contains("at entry"), "kind {kind}: {stderr}");
+    }
+}
+
+#[test]
+fn s390x_trace_unwinder_sees_the_original_return_addresses() {
+    // The policy for unwinding (asm/s390x.s, "Trace mode"): a frame's slot is r14's slot in its
+    // register save area, where every non-leaf function's prologue saves r14, for mcount and
+    // fentry code alike. So what src/trace.rs puts back before an unwinder walks the stack is
+    // what the unwinder reads, and the walk goes through every traced frame (the exit
+    // trampoline's CFI would end it). The frames return normally afterwards (trampoline back
+    // in place: every exit is traced). Linked statically: the entry points around an unwinder
+    // that "told" calls by hand are internal to the runtime.
+    for flags in [&["-pg"][..], &["-pg", "-mfentry"][..]] {
+        let name = format!("s390x-trace-unwind{}", flags.join(""));
+        let dir = workdir(&name);
+        let obj = compile(&dir, "c/unwalk.c", flags, "unwalk.o");
+        let walker = compile(&dir, "c/unwind_walk.c", &[], "unwind_walk.o");
+        let lib = runtime_lib(S390X, Lib::Static);
+        let exe = cc(
+            S390X,
+            &[
+                OsStr::new("-rdynamic"),
+                obj.as_os_str(),
+                walker.as_os_str(),
+                lib.as_os_str(),
+                OsStr::new("-lpthread"),
+                OsStr::new("-ldl"),
+            ],
+            &dir.join("unwind"),
+        );
+        let trace = dir.join("trace");
+        let out = run_traced(&exe, &[], false, &[], &dir, &trace);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let walk = |label: &str| -> Vec<String> {
+            stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("walk {label}:")))
+                .unwrap_or_else(|| panic!("{name}: no {label} walk in {stdout}"))
+                .split_whitespace()
+                .map(String::from)
+                .collect()
+        };
+        // "alone": the program's own _Unwind_Backtrace goes through the runtime's wrapper
+        // (src/interpose.c), which puts the return addresses back as "told" does by hand.
+        for label in ["alone", "told"] {
+            let frames = walk(label);
+            let at = frames
+                .iter()
+                .position(|n| n == "f3")
+                .unwrap_or_else(|| panic!("{name} {label}: {frames:?}"));
+            assert_eq!(
+                &frames[at..at + 4],
+                &["f3", "f2", "f1", "main"],
+                "{name} {label}: {frames:?}"
+            );
+        }
+        let procs = instrfn_dump(&trace);
+        let seq: Vec<(String, String)> = procs[0]
+            .threads
+            .values()
+            .next()
+            .unwrap()
+            .iter()
+            .map(|e| (e.kind.clone(), e.name.clone()))
+            .collect();
+        let want: Vec<(String, String)> = [
+            ("entry", "main"),
+            ("entry", "f1"),
+            ("entry", "f2"),
+            ("entry", "f3"),
+            ("exit", "f3"),
+            ("exit", "f2"),
+            ("exit", "f1"),
+            ("exit", "main"),
+        ]
+        .iter()
+        .map(|(k, n)| (k.to_string(), n.to_string()))
+        .collect();
+        assert_eq!(seq, want, "{name}");
+    }
+}
+
+#[test]
+fn s390x_trace_clock_without_an_end_line() {
+    // A trace whose process never wrote its end line (killed) is timed by the counter's
+    // nominal rate: for the TOD clock 4096 ticks per microsecond. The same trace read with and
+    // without its end must give the same times, within 1%.
+    let dir = workdir("s390x-trace-clock");
+    let obj = compile(&dir, "c/calltree.c", &["-pg"], "calltree.o");
+    let lib = runtime_lib(S390X, Lib::Static);
+    let exe = cc(
+        S390X,
+        &[
+            obj.as_os_str(),
+            lib.as_os_str(),
+            OsStr::new("-lpthread"),
+            OsStr::new("-ldl"),
+        ],
+        &dir.join("calltree"),
+    );
+    let trace = dir.join("trace");
+    run_traced(&exe, &["2", "200"], false, &[], &dir, &trace);
+    let full = instrfn_dump(&trace);
+    let meta = std::fs::read_dir(&trace)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "meta"))
+        .unwrap();
+    let text = std::fs::read_to_string(&meta).unwrap();
+    let clocks = text.lines().filter(|l| l.starts_with("clock ")).count();
+    assert_eq!(clocks, 2, "{text}");
+    // Keep the first clock line only, and drop the end line.
+    let mut seen_clock = false;
+    let cut: String = text
+        .lines()
+        .filter(|l| {
+            if l.starts_with("end ") {
+                return false;
+            }
+            if l.starts_with("clock ") {
+                let keep = !seen_clock;
+                seen_clock = true;
+                return keep;
+            }
+            true
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&meta, cut).unwrap();
+    let killed = instrfn_dump(&trace);
+    assert!(killed[0].header.contains("did not exit normally"));
+    let last = |p: &DumpProcess| {
+        p.threads
+            .values()
+            .flat_map(|v| v.iter().map(|e| e.ns))
+            .fold(0.0f64, f64::max)
+    };
+    let (a, b) = (last(&full[0]), last(&killed[0]));
+    assert!(a > 0.0 && (a - b).abs() <= 0.01 * a, "{a} ns vs {b} ns");
+}
+
+#[test]
+fn s390x_trace_tail_calls_end_their_callers() {
+    // gcc -O2 ends f in `jg g` and g in `jg h`: each tail call leaves the frame's slot holding
+    // the exit trampoline, with the calling function's shadow entry on the same slot. The
+    // slow path closes that function (its exit) and gives the new one its return address, so
+    // h returns straight to main through the trampoline.
+    for flags in [&["-pg"][..], &["-pg", "-mfentry"][..]] {
+        let name = format!("s390x-trace-tailcall{}", flags.join(""));
+        let dir = workdir(&name);
+        let obj = compile(&dir, "c/tailcall.c", flags, "tailcall.o");
+        let lib = runtime_lib(S390X, Lib::Static);
+        let exe = cc(
+            S390X,
+            &[
+                obj.as_os_str(),
+                lib.as_os_str(),
+                OsStr::new("-lpthread"),
+                OsStr::new("-ldl"),
+            ],
+            &dir.join("tailcall"),
+        );
+        let trace = dir.join("trace");
+        let out = run_traced(&exe, &[], false, &[], &dir, &trace);
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "result 9");
+        let procs = instrfn_dump(&trace);
+        let seq: Vec<String> = procs[0]
+            .threads
+            .values()
+            .next()
+            .unwrap()
+            .iter()
+            .map(|e| format!("{} {}", e.kind, e.name))
+            .collect();
+        assert_eq!(
+            seq,
+            [
+                "entry main",
+                "entry f",
+                "exit f",
+                "entry g",
+                "exit g",
+                "entry h",
+                "exit h",
+                "exit main"
+            ],
+            "{name}"
+        );
+    }
+}
+
+/// The events of one dumped thread as a properly nested call tree: every exit closes the
+/// newest open entry of the same function, nothing is left open; other kinds are errors.
+fn assert_nested(events: &[DumpEvent], context: &str) {
+    let mut open: Vec<&str> = Vec::new();
+    for e in events {
+        match e.kind.as_str() {
+            "entry" => open.push(&e.name),
+            "exit" => assert_eq!(
+                open.pop(),
+                Some(e.name.as_str()),
+                "{context}: exit {} does not close the newest entry",
+                e.name
+            ),
+            other => panic!("{context}: {other} {}", e.name),
+        }
+    }
+    assert!(open.is_empty(), "{context}: never exited: {open:?}");
+}
+
+#[test]
+fn s390x_trace_signal_handlers_interrupt_trampolines_anywhere() {
+    // Handlers that trace (and, with 4 KiB chunks, take the next chunk) between any two
+    // instructions of the entry and exit trampolines: the main thread's trace stays nested
+    // and complete, and every call is in it. Each handler makes ~200 events, so it usually
+    // takes a new chunk while the code it interrupted may hold a reservation in the old one,
+    // which must stay mapped until written.
+    for flags in [
+        &["-pg"][..],
+        &["-pg", "-mfentry"][..],
+        &["-finstrument-functions"][..],
+    ] {
+        let name = format!("s390x-trace-signals{}", flags.join(""));
+        let dir = workdir(&name);
+        let obj = compile(&dir, "c/tracesig.c", flags, "tracesig.o");
+        let lib = runtime_lib(S390X, Lib::Static);
+        let exe = cc(
+            S390X,
+            &[
+                obj.as_os_str(),
+                lib.as_os_str(),
+                OsStr::new("-lpthread"),
+                OsStr::new("-ldl"),
+            ],
+            &dir.join("tracesig"),
+        );
+        for round in 0..3 {
+            let context = format!("{name} round {round}");
+            let trace = dir.join("trace");
+            let out = run_traced(
+                &exe,
+                &["20000"],
+                false,
+                &[("INSTRFN_BUFSIZE", "4096")],
+                &dir,
+                &trace,
+            );
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            let words: Vec<&str> = stdout.split_whitespace().collect();
+            let (handled, calls): (usize, usize) = match words[..] {
+                ["handled", h, "calls", c] => (h.parse().unwrap(), c.parse().unwrap()),
+                _ => panic!("{context}: {stdout}"),
+            };
+            assert!(handled > 0, "{context}: no signal was handled");
+            let procs = instrfn_dump(&trace);
+            let p = &procs[0];
+            for (tid, events) in &p.threads {
+                assert_nested(events, &format!("{context} thread {tid}"));
+            }
+            let counts = dump_counts(p);
+            let n = |k: &str, f: &str| counts.get(&(k.to_string(), f.to_string())).copied();
+            assert_eq!(n("exit", "work"), Some(calls), "{context}");
+            assert_eq!(n("exit", "on_signal"), Some(handled), "{context}");
+            assert_eq!(n("exit", "handler_fn"), Some(handled), "{context}");
+            assert_eq!(
+                n("exit", "leaf"),
+                Some(2 * calls + 100 * handled),
+                "{context}"
+            );
+        }
+    }
+}
+
+#[test]
+fn s390x_trace_clang14_mcount_entries_only() {
+    // clang 14 -pg calls mcount after its prologue, as an ordinary call: nothing reloads r14
+    // from 8(%r15), which is a word of the function's own frame. The trampoline sees that at
+    // the return address and records entries without exits, replacing nothing; the trace is
+    // every entry, in order, and nothing else (no exit, nothing closed as unwound).
+    let dir = workdir("s390x-trace-clang14-pg");
+    let obj = compile_clang(&dir, "c/calltree.c", &["-pg"], "calltree.o");
+    let lib = runtime_lib(S390X, Lib::Static);
+    let exe = cc(
+        S390X,
+        &[
+            obj.as_os_str(),
+            lib.as_os_str(),
+            OsStr::new("-lpthread"),
+            OsStr::new("-ldl"),
+        ],
+        &dir.join("calltree"),
+    );
+    let trace = dir.join("trace");
+    run_traced(
+        &exe,
+        &[&T.to_string(), &K.to_string()],
+        false,
+        &[],
+        &dir,
+        &trace,
+    );
+    let worker: Vec<(String, String)> = calltree_worker(K)
+        .into_iter()
+        .filter(|(kind, _)| kind == "entry")
+        .map(|(_, name)| ("entry-no-exit".to_string(), name))
+        .collect();
+    let main = vec![("entry-no-exit".to_string(), "main".to_string())];
+    let procs = instrfn_dump(&trace);
+    let (mut workers, mut mains) = (0, 0);
+    for (tid, events) in &procs[0].threads {
+        let seq: Vec<(String, String)> = events
+            .iter()
+            .map(|e| (e.kind.clone(), e.name.clone()))
+            .collect();
+        if seq == worker {
+            workers += 1;
+        } else if seq == main {
+            mains += 1;
+        } else {
+            panic!("thread {tid}: {seq:?}");
+        }
+    }
+    assert_eq!((workers, mains), (T, 1));
+}
