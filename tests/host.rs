@@ -2081,3 +2081,102 @@ fn trace_signal_handlers_interrupting_trampolines() {
         }
     }
 }
+
+/// The Lua 5.4 sources of the lua-src crate (a dev-dependency), found with `cargo metadata`.
+fn lua_sources() -> PathBuf {
+    let out = run_ok(
+        Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["metadata", "--format-version", "1", "--locked"])
+            .current_dir(root()),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let manifest = text
+        .split("\"manifest_path\":\"")
+        .skip(1)
+        .filter_map(|s| s.split('"').next())
+        .find(|p| p.contains("/lua-src-547."))
+        .expect("lua-src is a dev-dependency: cargo metadata names its manifest");
+    let src = Path::new(manifest).parent().unwrap().join("lua-5.4.7");
+    assert!(src.join("lua.h").is_file(), "{}", src.display());
+    src
+}
+
+#[test]
+fn trace_lua_errors_and_coroutines() {
+    // Lua 5.4 built with -pg: its pcall/error and coroutines are setjmp/longjmp in C. Under
+    // instrfn record the interpreter prints exactly what it prints without it, exits with the
+    // same status (also for an uncaught error), and every thread's trace nests, with the
+    // frames longjmp skipped closed as unwound.
+    let dir = workdir("trace-lua");
+    let src = lua_sources();
+    let mut objs = Vec::new();
+    let mut c_files: Vec<PathBuf> = std::fs::read_dir(&src)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "c")
+                && !["lua.c", "luac.c"].contains(&p.file_name().unwrap().to_str().unwrap())
+        })
+        .collect();
+    c_files.push(fixture("c/lua_driver.c"));
+    for c in &c_files {
+        let obj = dir.join(c.file_name().unwrap()).with_extension("o");
+        run_ok(
+            Command::new("gcc")
+                .args(["-O2", "-pg", "-DLUA_USE_LINUX", "-c"])
+                .arg("-I")
+                .arg(&src)
+                .arg(c)
+                .arg("-o")
+                .arg(&obj),
+        );
+        objs.push(obj);
+    }
+    let lua = dir.join("lua-pg");
+    run_ok(
+        Command::new("gcc")
+            .args(&objs)
+            .args(["-lm", "-ldl", "-o"])
+            .arg(&lua),
+    );
+    for (script, status) in [("errors.lua", 0), ("fails.lua", 1)] {
+        let script = fixture(&format!("lua/{script}"));
+        let plain = run(Command::new(&lua).arg(&script).current_dir(&dir));
+        assert_eq!(plain.status.code(), Some(status), "{}", stderr_of(&plain));
+        let trace = dir.join("trace");
+        let out = run(Command::new(instrfn_cli())
+            .arg("record")
+            .arg("-o")
+            .arg(&trace)
+            .arg("--")
+            .arg(&lua)
+            .arg(&script)
+            .current_dir(&dir));
+        let context = script.display().to_string();
+        assert_eq!(out.status.code(), Some(status), "{context}");
+        assert_eq!(stdout_of(&out), stdout_of(&plain), "{context}: stdout");
+        // The interpreter's stderr, then instrfn's summary line.
+        let err = stderr_of(&out);
+        let (program, summary) = err.rsplit_once("instrfn: ").unwrap();
+        assert_eq!(program, stderr_of(&plain), "{context}: stderr");
+        assert!(summary.contains(" 0 lost"), "{context}: {summary}");
+        let procs = instrfn_dump(&trace);
+        let counts = assert_balanced(&procs[0], &context);
+        assert_eq!(count_of(&counts, "entry", "main"), 1, "{context}");
+        if status == 0 {
+            // 2000 + 200 + 200 + 1 errors thrown (and those in coroutines): each a longjmp
+            // from luaD_throw, which never returns.
+            assert!(
+                count_of(&counts, "unwound", "luaD_throw") >= 2401,
+                "{context}: {:?}",
+                count_of(&counts, "unwound", "luaD_throw")
+            );
+            assert_eq!(count_of(&counts, "exit", "luaD_throw"), 0, "{context}");
+            assert!(
+                count_of(&counts, "entry", "lua_resume") >= 1000,
+                "{context}"
+            );
+        }
+    }
+}
