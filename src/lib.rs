@@ -52,8 +52,8 @@ mod trace;
 
 pub use runtime::{
     __monstartup, _mcleanup, instrfn_calls_recorded, instrfn_debug_call_guarded,
-    instrfn_debug_clear_thread, instrfn_start, instrfn_stop, instrfn_write_gmon, moncontrol,
-    monstartup,
+    instrfn_debug_clear_thread, instrfn_flush, instrfn_start, instrfn_stop, instrfn_write_gmon,
+    moncontrol, monstartup,
 };
 
 /// Whether this build has trampolines for the target architecture.
@@ -74,6 +74,17 @@ pub fn stop() {
 /// The reason for a failure has also been printed on stderr.
 pub fn write_gmon() -> Result<(), Errno> {
     match runtime::instrfn_write_gmon() {
+        0 => Ok(()),
+        e => Err(Errno(e)),
+    }
+}
+
+/// Makes what was recorded so far safe on disk: gmon mode writes `gmon.out` (as
+/// [`write_gmon`]); trace mode (`INSTRFN_MODE=trace`) adds the calling thread's pending loss
+/// count and the libraries loaded since to the trace, and syncs its files. Events themselves
+/// need no flush: they are in the trace files the moment they are recorded.
+pub fn flush() -> Result<(), Errno> {
+    match runtime::instrfn_flush() {
         0 => Ok(()),
         e => Err(Errno(e)),
     }

@@ -447,6 +447,14 @@ guarded_entry! {
     pub fn instrfn_write_gmon() -> c_int => api_write
 }
 guarded_entry! {
+    /// Makes what was recorded so far safe on disk: in gmon mode it writes gmon.out (as
+    /// `instrfn_write_gmon`); in trace mode it writes the calling thread's pending loss count
+    /// and `module` lines for objects loaded since, and syncs the trace files (`fdatasync`).
+    /// Returns 0, or an errno value.
+    #[unsafe(no_mangle)]
+    pub fn instrfn_flush() -> c_int => api_flush
+}
+guarded_entry! {
     /// Calls `f(arg)` with the calling thread's guard held, as the runtime does for its own code:
     /// counting calls made meanwhile on this thread are not recorded. For tests of the
     /// trampolines' guarded path; not needed by programs.
@@ -647,7 +655,11 @@ extern "C" fn module_closed(state: *mut c_void) {
     if let Some(rt) = started()
         && crate::modules::find_shared_object(m.bias, m.path()).is_none()
     {
-        gmon::write_unloaded(rt, m);
+        if crate::trace::active() {
+            crate::trace::module_unloaded(m);
+        } else {
+            gmon::write_unloaded(rt, m);
+        }
     }
 }
 
@@ -671,6 +683,15 @@ guarded_entry! {
 
 extern "C" fn api_write() -> c_int {
     gmon::write(runtime(), false)
+}
+
+extern "C" fn api_flush() -> c_int {
+    let rt = runtime();
+    if crate::trace::active() {
+        crate::trace::flush()
+    } else {
+        gmon::write(rt, false)
+    }
 }
 
 extern "C" fn call_guarded(f: extern "C" fn(*mut c_void), arg: *mut c_void) {

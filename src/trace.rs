@@ -290,6 +290,23 @@ pub fn note_modules() {
     note(&crate::modules::Module::executable());
 }
 
+/// After dlclose really unloaded `m`: an `unload` line (events after it at these addresses are
+/// another object's), and its address may be noted again for the next object there.
+pub fn module_unloaded(m: &crate::modules::Module) {
+    if !active() {
+        return;
+    }
+    let Some(lo) = m.segments().iter().map(|s| s.start).min() else {
+        return;
+    };
+    for k in &KNOWN {
+        if k.load(Ordering::Relaxed) == lo {
+            k.store(usize::MAX, Ordering::Relaxed);
+        }
+    }
+    meta(format_args!("unload {lo:#x} {:#x}", arch::counter()));
+}
+
 /// A `module` line for one loaded object.
 fn module_line(m: &crate::modules::Module) {
     let lo = m.segments().iter().map(|s| s.start).min().unwrap_or(0);
@@ -1135,6 +1152,27 @@ guarded_entry! {
     /// Called by the backtrace wrappers after the real one returned.
     #[unsafe(no_mangle)]
     pub fn instrfn_unwind_looked() => unwind_looked
+}
+
+/// `instrfn_flush` in trace mode: this thread's pending losses and new modules into the meta
+/// file, both files synced. Returns 0 or an errno value.
+pub fn flush() -> c_int {
+    // SAFETY: this thread's TLS block.
+    let tls = unsafe { &mut *arch::tls() };
+    // SAFETY: the block this thread claimed, or null.
+    if let Some(block) = unsafe { tls.block.as_ref() } {
+        flush_lost(tls, block);
+    }
+    note_modules();
+    let mut result = 0;
+    for fd in [&SESSION.events_fd, &SESSION.meta_fd] {
+        let fd = fd.load(Ordering::Relaxed);
+        // SAFETY: fdatasync of our own descriptor.
+        if fd >= 0 && unsafe { libc::fdatasync(fd) } != 0 && result == 0 {
+            result = sys::errno();
+        }
+    }
+    result
 }
 
 /// Writes the final meta lines (exit, exec): every thread's losses, the closing clock pair.

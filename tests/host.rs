@@ -2180,3 +2180,84 @@ fn trace_lua_errors_and_coroutines() {
         }
     }
 }
+
+#[test]
+fn trace_names_functions_of_dlopened_libraries() {
+    // Libraries loaded after start get `module` lines at exit, before a dlclose unloads them,
+    // and on instrfn_flush() (here followed by SIGKILL: nothing written at exit): their
+    // functions show by name in every case.
+    const N: u64 = 300;
+    let dir = workdir("trace-dlopen");
+    let libwork = build_library(&dir, "libwork.so", &[]);
+    let libother = build_library(&dir, "libother.so", &["-DOTHER"]);
+    let obj = dir.join("loader.o");
+    cc(
+        X86_64,
+        &[
+            OsStr::new("-O2"),
+            OsStr::new("-pg"),
+            OsStr::new("-c"),
+            fixture("c/libuser.c").as_os_str(),
+        ],
+        &obj,
+    );
+    let loader = cc(
+        X86_64,
+        &[obj.as_os_str(), OsStr::new("-ldl")],
+        &dir.join("loader"),
+    );
+    let (lw, lo) = (libwork.to_str().unwrap(), libother.to_str().unwrap());
+    for (args, names) in [
+        (vec!["dlopen", "300", lw], vec!["lib_outer"]),
+        (
+            vec!["reload", "300", lw, lo],
+            vec!["lib_outer", "other_outer"],
+        ),
+        (vec!["flushkill", "300", lw], vec!["lib_outer"]),
+    ] {
+        let context = args.join(" ");
+        let trace = dir.join("trace");
+        let _ = std::fs::remove_dir_all(&trace);
+        let out = run(Command::new(instrfn_cli())
+            .arg("record")
+            .arg("-o")
+            .arg(&trace)
+            .arg("--")
+            .arg(&loader)
+            .args(&args)
+            .current_dir(&dir));
+        let killed = args[0] == "flushkill";
+        assert_eq!(
+            out.status.code(),
+            if killed { None } else { Some(0) },
+            "{context}: {}",
+            stderr_of(&out)
+        );
+        let procs = instrfn_dump(&trace);
+        let counts = assert_balanced_or_open(&procs[0], killed, &context);
+        for name in names {
+            let n = if name == "other_outer" { 2 * N } else { N };
+            assert_eq!(count_of(&counts, "entry", name), 1, "{context}: {name}");
+            let inner = name.replace("outer", "inner");
+            assert_eq!(count_of(&counts, "entry", &inner), n, "{context}: {inner}");
+        }
+        assert_eq!(count_of(&counts, "entry", "local"), N, "{context}");
+    }
+}
+
+/// Event counts of `p`, after checking that its events nest (all closed unless the process
+/// was killed, when the frames still open at the kill stay open).
+fn assert_balanced_or_open(
+    p: &DumpProcess,
+    killed: bool,
+    context: &str,
+) -> std::collections::BTreeMap<(String, String), u64> {
+    if !killed {
+        return assert_balanced(p, context);
+    }
+    let mut counts = std::collections::BTreeMap::new();
+    for e in p.threads.values().flatten() {
+        *counts.entry((e.kind.clone(), e.name.clone())).or_default() += 1;
+    }
+    counts
+}

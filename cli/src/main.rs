@@ -311,7 +311,7 @@ fn dump(dir: &Path, raw: bool) -> Result<ExitCode, String> {
                 }
                 let what = match e.kind {
                     Kind::Lost => format!("{} events", e.value),
-                    _ => match symbols.as_ref().and_then(|s| s.name(e.value)) {
+                    _ => match symbols.as_ref().and_then(|s| s.name_at(e.value, e.ts)) {
                         Some(name) => name.to_string(),
                         None => format!("{:#x}", e.value),
                     },

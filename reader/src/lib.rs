@@ -137,6 +137,15 @@ pub struct Module {
     pub start: u64,
     pub end: u64,
     pub path: PathBuf,
+    /// The counter value at which `dlclose` unloaded it (an `unload` line), if it did.
+    pub unloaded: Option<u64>,
+}
+
+impl Module {
+    /// Whether `addr` at counter time `ts` was this object's.
+    pub fn holds(&self, addr: u64, ts: u64) -> bool {
+        (self.start..self.end).contains(&addr) && self.unloaded.is_none_or(|u| ts < u)
+    }
 }
 
 /// The executable's identity when it was recorded.
@@ -381,6 +390,7 @@ impl Process {
                         start,
                         end,
                         path,
+                        unloaded: None,
                     });
                 }
                 "thread" => {
@@ -404,6 +414,18 @@ impl Process {
                         prepared,
                         by_threads,
                     });
+                }
+                "unload" => {
+                    let start = number(meta_path, n, w.next())?;
+                    let at = number(meta_path, n, w.next())?;
+                    if let Some(m) = p
+                        .modules
+                        .iter_mut()
+                        .rev()
+                        .find(|m| m.start == start && m.unloaded.is_none())
+                    {
+                        m.unloaded = Some(at);
+                    }
                 }
                 "end" => p.ended = true,
                 // A later minor addition: skipped.
@@ -567,10 +589,7 @@ impl Process {
 
     /// The module holding `addr`, if one does.
     pub fn module_of(&self, addr: u64) -> Option<&Module> {
-        self.modules
-            .iter()
-            .rev()
-            .find(|m| (m.start..m.end).contains(&addr))
+        self.modules.iter().find(|m| m.holds(addr, u64::MAX))
     }
 }
 
@@ -678,13 +697,16 @@ impl Symbols {
         Symbols { modules }
     }
 
-    /// The function holding runtime address `addr`, as its (raw) symbol name.
+    /// The function holding runtime address `addr` at the end of the trace, as its (raw)
+    /// symbol name.
     pub fn name(&self, addr: u64) -> Option<&str> {
-        let (m, syms) = self
-            .modules
-            .iter()
-            .rev()
-            .find(|(m, _)| (m.start..m.end).contains(&addr))?;
+        self.name_at(addr, u64::MAX)
+    }
+
+    /// The function holding runtime address `addr` at counter time `ts` (an object unloaded
+    /// by dlclose before then no longer holds it), as its (raw) symbol name.
+    pub fn name_at(&self, addr: u64, ts: u64) -> Option<&str> {
+        let (m, syms) = self.modules.iter().find(|(m, _)| m.holds(addr, ts))?;
         let link = addr.wrapping_sub(m.bias);
         let i = syms.partition_point(|s| s.0 <= link).checked_sub(1)?;
         let (start, size, name) = &syms[i];

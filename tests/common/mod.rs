@@ -584,6 +584,7 @@ pub fn expected_exports(fentry: bool, cyg: bool) -> Vec<&'static str> {
         "instrfn_start",
         "instrfn_stop",
         "instrfn_write_gmon",
+        "instrfn_flush",
         "instrfn_calls_recorded",
         "execve",
         "execv",
