@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The main job, end to end, on the bundled example: build libinstrfn.so, compile
-# examples/c/sort.c with `gcc -pg` (linked without gcrt: glibc's profiler never runs), run it
-# with LD_PRELOAD, and show what gprof makes of the gmon.out instrfn wrote.
+# The main job, end to end, on the bundled example: build libinstrfn.so and the instrfn
+# command, compile examples/c/sort.c with `gcc -pg` (linked without gcrt: glibc's profiler
+# never runs), run it with LD_PRELOAD, and show what gprof makes of the gmon.out instrfn wrote;
+# then trace the same binary with `instrfn record` and show the start of each thread's events.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for tool in cargo gcc gprof; do
@@ -9,7 +10,7 @@ for tool in cargo gcc gprof; do
 done
 out=target/demo
 mkdir -p "$out"
-echo "== cargo build --release   (target/release/libinstrfn.so)"
+echo "== cargo build --release   (target/release/libinstrfn.so, target/release/instrfn)"
 cargo build --release --quiet
 echo "== gcc -O2 -pg -fno-inline examples/c/sort.c"
 gcc -O2 -pg -fno-inline -c examples/c/sort.c -o "$out/sort.o"
@@ -19,3 +20,8 @@ echo "== LD_PRELOAD=target/release/libinstrfn.so INSTRFN_VERBOSE=1 ./sort"
 (cd "$out" && LD_PRELOAD="$PWD/../release/libinstrfn.so" INSTRFN_VERBOSE=1 ./sort "${1:-2000000}")
 echo "== gprof -b ./sort gmon.out"
 gprof -b "$out/sort" "$out/gmon.out" | sed -n '1,60p'
+echo "== target/release/instrfn record -o target/demo/trace -- ./sort 20000"
+(cd "$out" && ../release/instrfn record -o trace -- ./sort 20000)
+echo "== target/release/instrfn dump target/demo/trace   (the first events of each thread)"
+target/release/instrfn dump "$out/trace" | awk '/^process|thread slot/ {print; n = 0; next}
+    /^    tid/ {print; n = 0; next} n++ < 12'

@@ -280,10 +280,13 @@ fn dump(dir: &Path, raw: bool) -> Result<ExitCode, String> {
         let symbols = (!raw).then(|| Symbols::of(p));
         let t0 = p.clock.start.0;
         for slot in p.slots() {
-            let names: Vec<String> = p
+            // A thread's line at its first event and again at its exit: once each, unless
+            // it was renamed meanwhile.
+            let mut names: Vec<String> = p
                 .threads_of(slot)
                 .map(|t| format!("{} {}", t.tid, t.name))
                 .collect();
+            names.dedup();
             let lost = p.lost.get(&slot).copied().unwrap_or(0);
             put(
                 &mut out,
