@@ -655,6 +655,9 @@ extern "C" fn module_closed(state: *mut c_void) {
     if let Some(rt) = started()
         && crate::modules::find_shared_object(m.bias, m.path()).is_none()
     {
+        let lo = m.segments().iter().map(|s| s.start).min().unwrap_or(0);
+        let hi = m.segments().iter().map(|s| s.end).max().unwrap_or(0);
+        arch::forget_sites(lo, hi);
         if crate::trace::active() {
             crate::trace::module_unloaded(m);
         } else {

@@ -171,6 +171,17 @@ fn site_index(self_pc: usize) -> usize {
     ((self_pc ^ (self_pc >> SITE_SHIFT)) >> 2) & ((1 << SITE_BITS) - 1)
 }
 
+/// After dlclose unloaded the code in [lo, hi): its call sites' classes are dropped, so that
+/// code loaded there later (which may sign its return addresses where the old code did not)
+/// is classified afresh.
+pub fn forget_sites(lo: usize, hi: usize) {
+    for e in sites() {
+        if (lo..hi).contains(&(e.load(Ordering::Relaxed) & !3)) {
+            e.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
 /// The class of the call site `self_pc`: from the table, else decided now and entered.
 fn site_class(self_pc: usize) -> usize {
     let entry = &sites()[site_index(self_pc)];

@@ -925,8 +925,24 @@ fn remember_site(self_pc: usize, rule: usize) {
                 e[1].store(rule, Ordering::Release);
                 return;
             }
-            Err(pc) if pc == self_pc => return,
+            Err(pc) if pc == self_pc => {
+                // Decided again after forget_sites: the entry stays (probe chains), the rule
+                // is the new one.
+                e[1].store(rule, Ordering::Release);
+                return;
+            }
             Err(_) => {}
+        }
+    }
+}
+
+/// After dlclose unloaded the code in [lo, hi): its call sites' rules are dropped (0: not
+/// decided, the slow path decides again), so that code loaded there later is decoded afresh.
+/// The entries keep their self_pc: removing them would break other sites' probe chains.
+pub fn forget_sites(lo: usize, hi: usize) {
+    for e in sites() {
+        if (lo..hi).contains(&e[0].load(Ordering::Acquire)) {
+            e[1].store(0, Ordering::Release);
         }
     }
 }

@@ -113,6 +113,10 @@ pub fn exit_trampoline() -> usize {
 /// call is recorded as an entry without exit). Any address can be replaced (the slot is a
 /// doubleword of the frame's save area, or r14) but 0: what the slow path shows for mcount
 /// code that keeps no return address at 8(%r15) (clang 14, see asm/s390x.s).
+/// After dlclose unloaded the code in [lo, hi): decisions cached per call site there are
+/// dropped (this architecture caches none).
+pub fn forget_sites(_lo: usize, _hi: usize) {}
+
 pub fn replaceable(ret: usize) -> bool {
     ret != 0
 }

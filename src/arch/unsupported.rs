@@ -48,6 +48,10 @@ pub fn exit_trampoline() -> usize {
 
 pub fn set_mode(_mode: u8) {}
 
+/// After dlclose unloaded the code in [lo, hi): decisions cached per call site there are
+/// dropped (this architecture caches none).
+pub fn forget_sites(_lo: usize, _hi: usize) {}
+
 pub fn replaceable(_ret: usize) -> bool {
     false
 }

@@ -99,6 +99,10 @@ pub const UC_PC_OFFSET: usize = 168;
 
 /// Whether trace mode may replace the return address `ret` with the exit trampoline (else the
 /// call is recorded as an entry without exit).
+/// After dlclose unloaded the code in [lo, hi): decisions cached per call site there are
+/// dropped (this architecture caches none).
+pub fn forget_sites(_lo: usize, _hi: usize) {}
+
 pub fn replaceable(_ret: usize) -> bool {
     true
 }
