@@ -179,7 +179,7 @@ mod raw {
 }
 
 /// The calling thread's thread pointer (what CLONE_SETTLS sets).
-fn thread_pointer() -> usize {
+pub(crate) fn thread_pointer() -> usize {
     let tp: usize;
     // SAFETY: reads of the thread pointer register (x86_64: the TCB's self pointer at %fs:0,
     // which glibc and musl keep).

@@ -56,7 +56,11 @@ pub struct Tls {
     /// While a backtrace walks (`unwound` 2): the shadow stack top when it began; the entries
     /// below are the walked frames, left alone until it is done.
     pub walk_base: usize,
-    _reserved: [usize; 2],
+    /// This thread's own stack, [lo, hi) (src/trace.rs `own_stack`; 0, 0 until needed):
+    /// frames elsewhere (coroutine stacks of swapcontext and the like) are never compared
+    /// with frames on it.
+    pub stack_lo: usize,
+    pub stack_hi: usize,
 }
 
 impl Tls {
@@ -76,7 +80,8 @@ impl Tls {
         alt_lo: 0,
         alt_hi: 0,
         walk_base: 0,
-        _reserved: [0; 2],
+        stack_lo: 0,
+        stack_hi: 0,
     };
 }
 

@@ -582,9 +582,11 @@ pub fn thread_ended(tls: &mut Tls, block: &ThreadBlock) {
     // thread that returns from its start routine has none left): closed now.
     let ts = arch::counter();
     while let Some(top) = shadow_entries(tls).last() {
-        let func = top.func;
+        let (func, closes) = (top.func, live(top));
         pop(tls);
-        event(tls, block, EV_UNWOUND, func, ts);
+        if closes {
+            event(tls, block, EV_UNWOUND, func, ts);
+        }
     }
     flush_lost(tls, block);
     thread_line(block);
@@ -841,11 +843,100 @@ fn in_progress(e: &Shadow) -> bool {
     e.slot.is_null()
 }
 
-/// Whether two stack addresses can be compared: both on the thread's alternate signal stack,
-/// or both off it.
-fn same_stack(tls: &Tls, a: usize, b: usize) -> bool {
+/// A shadow entry whose frame returned while newer entries (frames on another stack, alive)
+/// sat above it: it stays, marked so, until it reaches the top and is dropped.
+const TOMBSTONE: usize = 1;
+
+fn tombstone(e: &Shadow) -> bool {
+    e.slot as usize == TOMBSTONE
+}
+
+/// A pushed, complete entry of a frame not known to have returned.
+fn live(e: &Shadow) -> bool {
+    e.slot as usize > TOMBSTONE
+}
+
+/// Whether two stack addresses can be compared (one frame at or below the other means the
+/// lower one is gone): both on the thread's alternate signal stack, or both on the thread's
+/// own stack. Frames on any other stack (coroutines: swapcontext, hand-written context
+/// switches) are never judged gone by address: such a stack may lie anywhere.
+fn same_stack(tls: &mut Tls, a: usize, b: usize) -> bool {
     let alt = |x: usize| x >= tls.alt_lo && x < tls.alt_hi;
-    alt(a) == alt(b)
+    if alt(a) || alt(b) {
+        return alt(a) && alt(b);
+    }
+    if tls.stack_hi == 0 {
+        (tls.stack_lo, tls.stack_hi) = own_stack();
+    }
+    let own = |x: usize| x >= tls.stack_lo && x < tls.stack_hi;
+    own(a) && own(b)
+}
+
+/// Whether a frame whose return slot is `e`, newer than the code now at slot `s` (returning,
+/// or being entered when `inclusive`), is gone: it lies at or below `s` on the same stack
+/// (longjmp, an unwinder); or it is a signal handler's, on the alternate signal stack, while
+/// `s` is not — code runs off that stack again only once the handlers there are done.
+fn dead(tls: &mut Tls, e: usize, s: usize, inclusive: bool) -> bool {
+    let alt = |x: usize| x >= tls.alt_lo && x < tls.alt_hi;
+    if alt(e) && !alt(s) {
+        return true;
+    }
+    (e < s || (inclusive && e == s)) && same_stack(tls, e, s)
+}
+
+/// The calling thread's own stack, from /proc/self/maps: the main thread's `[stack]` mapping,
+/// extended down to its RLIMIT_STACK (it grows); another thread's is the mapping that holds
+/// its thread pointer (glibc and musl put the thread's control block at the top of its
+/// stack). If it cannot be told, all of the address space (addresses are then compared as
+/// they always were).
+fn own_stack() -> (usize, usize) {
+    // SAFETY: getpid has no preconditions.
+    let main = sys::gettid() as i32 == unsafe { libc::getpid() };
+    let tp = crate::collector::thread_pointer();
+    let mut found = (0, usize::MAX);
+    let mut line = StackBuf::<512>::new();
+    let mut take = |l: &[u8]| {
+        let mut w = l.split(|&b| b == b' ').filter(|w| !w.is_empty());
+        let Some(range) = w.next() else {
+            return;
+        };
+        let mut r = range.split(|&b| b == b'-');
+        let hex = |b: Option<&[u8]>| {
+            b.and_then(|b| core::str::from_utf8(b).ok())
+                .and_then(|s| usize::from_str_radix(s, 16).ok())
+        };
+        let (Some(lo), Some(hi)) = (hex(r.next()), hex(r.next())) else {
+            return;
+        };
+        if main && l.ends_with(b"[stack]") {
+            let mut lim = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // SAFETY: getrlimit into a local.
+            let grow = if unsafe { libc::getrlimit(libc::RLIMIT_STACK, &mut lim) } == 0
+                && lim.rlim_cur != libc::RLIM_INFINITY
+            {
+                lim.rlim_cur as usize
+            } else {
+                hi - lo
+            };
+            found = (hi.saturating_sub(grow.max(hi - lo)), hi);
+        } else if !main && (lo..hi).contains(&tp) {
+            found = (lo, hi);
+        }
+    };
+    read_file(c"/proc/self/maps", |chunk| {
+        for &b in chunk {
+            if b == b'\n' {
+                take(line.as_bytes());
+                line = StackBuf::new();
+            } else {
+                line.push(&[b]);
+            }
+        }
+    });
+    found
 }
 
 /// Closes the frames of shadow entries that are gone: those whose return slot lies at or below
@@ -863,9 +954,11 @@ fn close_gone(tls: &mut Tls, block: &ThreadBlock, slot: usize, inclusive: bool, 
         if in_progress(top) {
             return;
         }
-        let s = top.slot as usize;
-        let gone = (s < slot || (inclusive && s == slot)) && same_stack(tls, s, slot);
-        if !gone {
+        if tombstone(top) {
+            pop(tls);
+            continue;
+        }
+        if !dead(tls, top.slot as usize, slot, inclusive) {
             return;
         }
         let func = top.func;
@@ -884,7 +977,7 @@ fn after_unwinding(tls: &mut Tls, block: &ThreadBlock, slot: usize, inclusive: b
     tls.unwound = 0;
     close_gone(tls, block, slot, inclusive, ts);
     let trampoline = arch::exit_trampoline();
-    for e in shadow_entries(tls).iter().filter(|e| !in_progress(e)) {
+    for e in shadow_entries(tls).iter().filter(|e| live(e)) {
         // SAFETY: the slot of a live frame of this thread (above the current one).
         unsafe {
             if *e.slot == e.ret {
@@ -903,7 +996,7 @@ const WALKING: usize = 2;
 /// something else now and is left alone.
 fn restore_return_addresses(tls: &mut Tls) {
     let trampoline = arch::exit_trampoline();
-    for e in shadow_entries(tls).iter().rev().filter(|e| !in_progress(e)) {
+    for e in shadow_entries(tls).iter().rev().filter(|e| live(e)) {
         // SAFETY: a return slot this thread's fast path replaced; if the frame is still there
         // it holds the trampoline, and the original goes back.
         unsafe {
@@ -958,10 +1051,8 @@ unsafe fn trace_call(tls: &mut Tls, block: &ThreadBlock, slot: *mut usize, self_
             // SAFETY: as above; the original return address goes back for the code below.
             unsafe { *slot = ret };
         }
-        if tls.alt_lo == 0 {
-            // The program may have set an alternate signal stack since this thread started.
-            (tls.alt_lo, tls.alt_hi) = alt_stack();
-        }
+        // The program may have set (or changed) its alternate signal stack meanwhile.
+        (tls.alt_lo, tls.alt_hi) = alt_stack();
         close_gone(tls, block, slot_addr, true, ts);
     }
     if slot_addr == 1 {
@@ -1012,6 +1103,7 @@ pub unsafe extern "C" fn instrfn_trace_exit_slow(tls: *mut Tls, slot: *mut usize
     let block = tls.block;
     // SAFETY: a thread that has shadow entries has its block.
     let block = unsafe { block.as_ref() };
+    (tls.alt_lo, tls.alt_hi) = alt_stack();
     if let Some(block) = block {
         // An entry still being pushed above the returning frame's is stale: the code that
         // was pushing it is gone (a signal handler that interrupted it jumped out with
@@ -1036,23 +1128,47 @@ pub unsafe extern "C" fn instrfn_trace_exit_slow(tls: *mut Tls, slot: *mut usize
             }
         }
     }
-    let ret = match shadow_entries(tls).last() {
-        Some(top) if top.slot as usize == slot_addr => {
-            let (ret, func) = (top.ret, top.func);
-            pop(tls);
-            if let Some(block) = block
-                && crate::runtime::recording()
-            {
-                event(tls, block, EV_EXIT, func, ts);
-            }
-            ret
-        }
-        _ => {
-            message!("trace mode lost track of a return address; aborting");
-            // SAFETY: abort has no preconditions; there is nowhere to return to.
-            unsafe { libc::abort() }
-        }
+    // The returning frame's entry: the newest, or one below newer entries of frames on other
+    // stacks (coroutines), which stay.
+    let Some(at) = shadow_entries(tls)
+        .iter()
+        .rposition(|e| e.slot as usize == slot_addr)
+    else {
+        message!("trace mode lost track of a return address; aborting");
+        // SAFETY: abort has no preconditions; there is nowhere to return to.
+        unsafe { libc::abort() }
     };
+    let (ret, func) = {
+        let e = &shadow_entries(tls)[at];
+        (e.ret, e.func)
+    };
+    if let Some(block) = block {
+        // Newer entries of frames on this frame's stack below it are gone (closed now); the
+        // others are alive elsewhere. One being pushed (a handler interrupted its push) is
+        // left alone: that code goes on.
+        let newer = shadow_entries(tls).len() - at - 1;
+        for i in (0..newer).rev() {
+            let e = &shadow_entries(tls)[at + 1 + i];
+            let (s, f) = (e.slot as usize, e.func);
+            if live(e) && dead(tls, s, slot_addr, false) {
+                let e = &mut shadow_entries(tls)[at + 1 + i];
+                e.slot = ptr::without_provenance_mut(TOMBSTONE);
+                e._spare = 0;
+                event(tls, block, EV_UNWOUND, f, ts);
+            }
+        }
+        if crate::runtime::recording() {
+            event(tls, block, EV_EXIT, func, ts);
+        }
+    }
+    {
+        let e = &mut shadow_entries(tls)[at];
+        e.slot = ptr::without_provenance_mut(TOMBSTONE);
+        e._spare = 0;
+    }
+    while shadow_entries(tls).last().is_some_and(tombstone) {
+        pop(tls);
+    }
     // SAFETY: restores this thread's errno.
     unsafe { *libc::__errno_location() = saved_errno };
     ret

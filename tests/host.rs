@@ -2068,7 +2068,7 @@ fn trace_signal_handlers_interrupting_trampolines() {
                 .collect();
             let (handled, calls) = (w[0], w[1]);
             // 1000 unless the machine is busy (the sender then runs less often).
-            assert!(handled >= 50, "{context}: {text}");
+            assert!(handled >= 10, "{context}: {text}");
             let procs = instrfn_dump(&trace);
             let counts = assert_balanced(&procs[0], &context);
             assert_eq!(procs[0].lost, 0, "{context}");
@@ -2263,4 +2263,40 @@ fn assert_balanced_or_open(
         *counts.entry((e.kind.clone(), e.name.clone())).or_default() += 1;
     }
     counts
+}
+
+#[test]
+fn trace_survives_swapcontext_coroutines() {
+    // Two coroutines on stacks of their own (in the heap, in mappings of their own, in .bss)
+    // interleave their calls on one thread: each returns through its own entry (the newer
+    // entries of the other coroutine stay), nothing aborts, the output is the program's own.
+    // Frames a longjmp skips on a coroutine's stack are not judged gone by address (such a
+    // stack may lie anywhere): they stay open.
+    let dir = workdir("trace-coroutines");
+    let exe = build_c(&dir, "coroutines.c", &[], Link::Preload);
+    for kind in ["heap", "mmap", "static"] {
+        let plain = run_ok(Command::new(&exe).args([kind, "100"]).current_dir(&dir));
+        let (out, trace) = record_trace(&exe, &[kind, "100"], &[], &dir);
+        assert_eq!(stdout_of(&out), stdout_of(&plain), "{kind}");
+        let procs = instrfn_dump(&trace);
+        let mut counts = std::collections::BTreeMap::<(String, String), u64>::new();
+        for e in procs[0].threads.values().flatten() {
+            *counts.entry((e.kind.clone(), e.name.clone())).or_default() += 1;
+        }
+        for (kind_, name, n) in [
+            ("entry", "fa", 100),
+            ("exit", "fa", 100),
+            ("entry", "fb", 100),
+            ("exit", "fb", 100),
+            ("entry", "leaf", 400),
+            ("exit", "leaf", 400),
+            ("entry", "dive", 40),
+            ("exit", "dive", 0),
+            ("entry", "run_a", 1),
+            ("exit", "run_a", 0),
+            ("exit", "main", 1),
+        ] {
+            assert_eq!(count_of(&counts, kind_, name), n, "{kind}: {kind_} {name}");
+        }
+    }
 }
