@@ -1512,7 +1512,9 @@ fn trace_golden_call_tree_every_entry() {
             &[obj.as_os_str(), OsStr::new("-lpthread")],
             &dir.join("calltree"),
         );
+        let started = std::time::Instant::now();
         let (out, trace) = record_trace(&exe, &args, &[], &dir);
+        let wall_ns = started.elapsed().as_nanos() as f64;
         let err = stderr_of(&out);
         let events = 2 + T * (2 + 10 * K);
         assert!(
@@ -1525,6 +1527,7 @@ fn trace_golden_call_tree_every_entry() {
         let procs = instrfn_dump(&trace);
         assert_eq!(procs.len(), 1, "{name}");
         assert_calltree(&procs[0], T, K, &name);
+        assert_durations(&procs[0], wall_ns, &name);
 
         // Linked statically, traced by environment alone.
         let lib = runtime_lib(X86_64, Lib::Static);

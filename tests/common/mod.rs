@@ -910,3 +910,51 @@ pub fn raw_chunks(dir: &Path) -> Vec<RawChunk> {
     }
     chunks
 }
+
+/// Checks that the durations of a properly nested trace (every thread's events nest) are
+/// consistent with each other and with the wall time the test measured around the whole run:
+/// every call lasts at least as long as its callees together, every thread's events lie
+/// within the first thread's outermost call (`main`: the other threads run inside it), and
+/// that call is no longer than `wall_ns`.
+pub fn assert_durations(p: &DumpProcess, wall_ns: f64, context: &str) {
+    let mut outer: Option<(f64, f64)> = None;
+    let mut spans = Vec::new();
+    for (tid, events) in &p.threads {
+        // (start, callees' total) of each open call.
+        let mut open: Vec<(f64, f64)> = Vec::new();
+        for e in events {
+            match e.kind.as_str() {
+                "entry" => open.push((e.ns, 0.0)),
+                "exit" => {
+                    let (start, callees) = open.pop().expect("nested");
+                    let d = e.ns - start;
+                    assert!(
+                        d >= callees,
+                        "{context}: thread {tid}: {} lasts {d} ns, its callees {callees} ns",
+                        e.name
+                    );
+                    if let Some(parent) = open.last_mut() {
+                        parent.1 += d;
+                    } else if e.name == "main" {
+                        outer = Some((start, e.ns));
+                    } else {
+                        spans.push((start, e.ns));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let (lo, hi) = outer.unwrap_or_else(|| panic!("{context}: no main"));
+    assert!(
+        hi - lo <= wall_ns,
+        "{context}: main lasts {} ns, the run {wall_ns} ns",
+        hi - lo
+    );
+    for (a, b) in spans {
+        assert!(
+            a >= lo && b <= hi,
+            "{context}: a thread's call [{a}, {b}] outside main's [{lo}, {hi}]"
+        );
+    }
+}
