@@ -8,6 +8,9 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+mod filter;
+mod report;
+
 use clap::{Parser, Subcommand, ValueEnum};
 use instrfn_trace::{Kind, Symbols, Trace};
 
@@ -41,6 +44,11 @@ enum Command {
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         cmd: Vec<OsString>,
     },
+    /// Per function: calls, total and self time, min / median / p99 / max call duration.
+    ///
+    /// Sorted by self time; counts are exact, the median and p99 come from a histogram whose
+    /// buckets are within 0.4 % of the durations in them.
+    Report(report::ReportArgs),
     /// List the raw events of a trace, per process and thread.
     Dump {
         /// The trace directory.
@@ -70,6 +78,7 @@ fn main() -> ExitCode {
             preload,
             cmd,
         } => record(&output, mode, preload, &cmd),
+        Command::Report(a) => report::run(&a),
         Command::Dump { dir, raw, summary } => {
             if summary {
                 Trace::open(&dir).map_err(|e| e.to_string()).map(|t| {

@@ -6,6 +6,9 @@
 //! Bad input never panics: a missing, truncated, corrupt or future-version trace is an
 //! [`Error`] naming the file and the problem.
 
+pub mod calls;
+pub mod stats;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -712,4 +715,19 @@ impl Symbols {
         let (start, size, name) = &syms[i];
         (*size == 0 || link < start + size).then_some(name.as_str())
     }
+}
+
+/// A symbol name as a person reads it: Rust (legacy and v0 mangling, without the hash) and
+/// C++ (Itanium ABI) names demangled, anything else as it is.
+pub fn demangle(raw: &str) -> String {
+    if let Ok(d) = rustc_demangle::try_demangle(raw) {
+        return format!("{d:#}");
+    }
+    if raw.starts_with("_Z")
+        && let Ok(sym) = cpp_demangle::Symbol::new(raw)
+        && let Ok(d) = sym.demangle(&cpp_demangle::DemangleOptions::default())
+    {
+        return d;
+    }
+    raw.to_string()
 }
