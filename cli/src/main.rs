@@ -8,6 +8,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+mod export;
 mod filter;
 mod report;
 
@@ -49,6 +50,8 @@ enum Command {
     /// Sorted by self time; counts are exact, the median and p99 come from a histogram whose
     /// buckets are within 0.4 % of the durations in them.
     Report(report::ReportArgs),
+    /// Write the trace as a Chrome/Perfetto timeline, folded stacks or a flame graph SVG.
+    Export(export::ExportArgs),
     /// List the raw events of a trace, per process and thread.
     Dump {
         /// The trace directory.
@@ -79,6 +82,7 @@ fn main() -> ExitCode {
             cmd,
         } => record(&output, mode, preload, &cmd),
         Command::Report(a) => report::run(&a),
+        Command::Export(a) => export::run(&a),
         Command::Dump { dir, raw, summary } => {
             if summary {
                 Trace::open(&dir).map_err(|e| e.to_string()).map(|t| {
