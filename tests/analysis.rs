@@ -1,0 +1,499 @@
+//! `instrfn report` and `instrfn export` on real traces (x86_64): exact counts, times that add
+//! up, Chrome JSON that follows the trace-event rules, folded stacks that sum to the self
+//! time, flame graphs that are XML, and one-line errors for bad input.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Builds `tests/fixtures/c/<src>` with `flags` and -O2 (-lpthread).
+fn build(dir: &Path, src: &str, flags: &[&str]) -> PathBuf {
+    let source = fixture(&format!("c/{src}"));
+    let stem = src.split('.').next().unwrap();
+    let mut args: Vec<&OsStr> = vec![OsStr::new("-O2")];
+    args.extend(flags.iter().map(OsStr::new));
+    args.push(source.as_os_str());
+    args.push(OsStr::new("-lpthread"));
+    cc(X86_64, &args, &dir.join(stem))
+}
+
+/// `instrfn record -o <dir>/trace -- exe args`, checked to succeed.
+fn record(dir: &Path, exe: &Path, args: &[&str]) -> PathBuf {
+    let trace = dir.join("trace");
+    let _ = std::fs::remove_dir_all(&trace);
+    run_ok(
+        Command::new(instrfn_cli())
+            .arg("record")
+            .arg("-o")
+            .arg(&trace)
+            .arg("--")
+            .arg(exe)
+            .args(args)
+            .current_dir(dir),
+    );
+    trace
+}
+
+fn instrfn(args: &[&OsStr]) -> std::process::Output {
+    run(Command::new(instrfn_cli()).args(args))
+}
+
+/// `instrfn report --format json DIR extra…`, parsed.
+fn report_json(trace: &Path, extra: &[&str]) -> Value {
+    let mut args: Vec<&OsStr> = vec![
+        OsStr::new("report"),
+        trace.as_os_str(),
+        OsStr::new("--format"),
+        OsStr::new("json"),
+    ];
+    args.extend(extra.iter().map(OsStr::new));
+    let out = instrfn(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("report --format json is JSON")
+}
+
+/// name -> the function's JSON object (rows without --threads).
+fn functions(report: &Value) -> BTreeMap<String, Value> {
+    report["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["name"].as_str().unwrap().to_string(), f.clone()))
+        .collect()
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("{v} is not a count"))
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("{v} is not a number"))
+}
+
+#[test]
+fn report_counts_exactly_and_times_add_up() {
+    // calltree.c at 4 threads, 50 rounds: exact calls per function; per thread, the self times
+    // add up to the time from the thread's first to its last event (within 1 %).
+    const T: u64 = 4;
+    const K: u64 = 50;
+    let dir = workdir("report-calltree");
+    let exe = build(&dir, "calltree.c", &["-pg"]);
+    let trace = record(&dir, &exe, &["4", "50"]);
+    let r = report_json(&trace, &[]);
+    assert_eq!(u(&r["processes"]), 1);
+    assert_eq!(u(&r["threads"]), T + 1);
+    assert_eq!(u(&r["lost"]), 0);
+    assert_eq!(u(&r["events"]), 2 * (1 + T * (1 + 5 * K)));
+    let funcs = functions(&r);
+    for (name, calls) in [
+        ("main", 1),
+        ("run", T),
+        ("a", T * K),
+        ("b", 2 * T * K),
+        ("c", 2 * T * K),
+    ] {
+        assert_eq!(u(&funcs[name]["calls"]), calls, "{name}");
+    }
+    // Nesting: a's total holds its b's, b's its c's.
+    assert!(f(&funcs["a"]["total_ns"]) >= f(&funcs["b"]["total_ns"]));
+    assert!(f(&funcs["b"]["total_ns"]) >= f(&funcs["c"]["total_ns"]));
+    let min = u(&funcs["c"]["min_ns"]);
+    let median = u(&funcs["c"]["median_ns"]);
+    let max = u(&funcs["c"]["max_ns"]);
+    assert!(min <= median && median <= max, "{min} {median} {max}");
+
+    let per_thread = report_json(&trace, &["--threads"]);
+    let procs = instrfn_dump(&trace);
+    let mut self_by_tid: BTreeMap<u64, f64> = BTreeMap::new();
+    for row in per_thread["functions"].as_array().unwrap() {
+        *self_by_tid.entry(u(&row["tid"])).or_default() += f(&row["self_ns"]);
+    }
+    assert_eq!(self_by_tid.len() as u64, T + 1);
+    for (tid, events) in &procs[0].threads {
+        let span = events.last().unwrap().ns - events.first().unwrap().ns;
+        let sum = self_by_tid[&(*tid as u64)];
+        assert!(
+            (sum - span).abs() <= 0.01 * span,
+            "thread {tid}: self times {sum} ns, span {span} ns"
+        );
+    }
+}
+
+#[test]
+fn report_durations_of_known_sleeps() {
+    // nap10() sleeps 10 ms five times, nap30() 30 ms three times: their durations must be
+    // those, within 1 ms (nanosleep never returns early; it may return late on a busy machine
+    // by a scheduling delay, which the bound allows).
+    let dir = workdir("report-sleeps");
+    let exe = build(&dir, "sleeps.c", &["-pg"]);
+    let trace = record(&dir, &exe, &[]);
+    let funcs = functions(&report_json(&trace, &[]));
+    for (name, calls, ms) in [("nap10", 5, 10.0), ("nap30", 3, 30.0)] {
+        let fun = &funcs[name];
+        assert_eq!(u(&fun["calls"]), calls, "{name}");
+        for key in ["min_ns", "median_ns", "p99_ns", "max_ns"] {
+            let v = f(&fun[key]) / 1e6;
+            assert!(v >= ms * 0.996 && v <= ms + 1.0, "{name} {key}: {v} ms");
+        }
+        let total = f(&fun["total_ns"]) / 1e6;
+        assert!(
+            total >= calls as f64 * ms * 0.996 && total <= calls as f64 * (ms + 1.0),
+            "{name} total {total} ms"
+        );
+    }
+    // Text output: one header line naming the command, then a row per function.
+    let out = instrfn(&[OsStr::new("report"), trace.as_os_str()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let header = text.lines().next().unwrap();
+    assert!(
+        header.starts_with("instrfn report: ") && header.contains("sleeps"),
+        "{header}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.ends_with(" nap30") && l.contains(" ms")),
+        "{text}"
+    );
+}
+
+#[test]
+fn report_filters_and_sorting() {
+    let dir = workdir("report-filters");
+    let exe = build(&dir, "calltree.c", &["-pg"]);
+    let trace = record(&dir, &exe, &["2", "10"]);
+    let names = |extra: &[&str]| -> Vec<String> {
+        functions(&report_json(&trace, extra)).into_keys().collect()
+    };
+    assert_eq!(names(&["--filter", "b"]), ["b"]);
+    assert_eq!(names(&["--filter", "?"]), ["a", "b", "c"]);
+    assert_eq!(names(&["--exclude", "?"]), ["main", "run"]);
+    assert_eq!(names(&["--depth", "1"]), ["main", "run"]);
+    assert_eq!(names(&["--depth", "2"]), ["a", "main", "run"]);
+    // --min-duration keeps the calls that lasted that long: none lasted 100 s; main lasted
+    // at least as long as everything else.
+    assert_eq!(names(&["--min-duration", "100s"]), Vec::<String>::new());
+    let main_ns = f(&functions(&report_json(&trace, &[]))["main"]["total_ns"]);
+    let long = format!("{}ns", main_ns.floor());
+    assert_eq!(names(&["--min-duration", &long]), ["main"]);
+    let by_calls = report_json(&trace, &["--sort", "calls"]);
+    let calls: Vec<u64> = by_calls["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| u(&f["calls"]))
+        .collect();
+    assert!(calls.windows(2).all(|w| w[0] >= w[1]), "{calls:?}");
+    // One thread only.
+    let tid = instrfn_dump(&trace)[0]
+        .threads
+        .keys()
+        .nth(1)
+        .copied()
+        .unwrap()
+        .to_string();
+    let one = functions(&report_json(&trace, &["--tid", &tid]));
+    assert_eq!(u(&one["a"]["calls"]), 10);
+    assert!(!one.contains_key("main"));
+}
+
+/// Checks the Chrome trace-event rules instrfn promises: complete events with integer pid and
+/// tid, µs timestamps, every thread's slices properly nested; returns slices per name.
+fn check_chrome(doc: &Value) -> BTreeMap<String, u64> {
+    let events = doc["traceEvents"].as_array().expect("traceEvents");
+    let mut slices: BTreeMap<(u64, u64), Vec<(f64, f64, String)>> = BTreeMap::new();
+    let mut counts = BTreeMap::new();
+    let mut named_threads = 0;
+    for e in events {
+        let pid = e["pid"].as_u64().expect("integer pid");
+        let tid = e["tid"].as_u64().expect("integer tid");
+        match e["ph"].as_str().unwrap() {
+            "X" => {
+                let ts = e["ts"].as_f64().unwrap();
+                let dur = e["dur"].as_f64().unwrap();
+                assert!(dur >= 0.0);
+                let name = e["name"].as_str().unwrap().to_string();
+                *counts.entry(name.clone()).or_default() += 1;
+                slices
+                    .entry((pid, tid))
+                    .or_default()
+                    .push((ts, ts + dur, name));
+            }
+            "M" => {
+                if e["name"] == "thread_name" {
+                    named_threads += 1;
+                }
+                assert!(e["args"]["name"].is_string());
+            }
+            "i" => {}
+            ph => panic!("unexpected phase {ph}"),
+        }
+    }
+    assert!(named_threads > 0, "no thread_name metadata");
+    for ((pid, tid), mut s) in slices {
+        // Nested: sorted by start (longest first on ties), each slice ends within the ones
+        // still open around it.
+        s.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
+        let mut open: Vec<(f64, f64, String)> = Vec::new();
+        for x in s {
+            while open.last().is_some_and(|o| o.1 <= x.0) {
+                open.pop();
+            }
+            if let Some(o) = open.last() {
+                assert!(
+                    x.1 <= o.1 + 0.001,
+                    "{pid}/{tid}: {} [{}, {}] overlaps {} [{}, {}]",
+                    x.2,
+                    x.0,
+                    x.1,
+                    o.2,
+                    o.0,
+                    o.1
+                );
+            }
+            open.push(x);
+        }
+    }
+    counts
+}
+
+#[test]
+fn exports_follow_their_formats() {
+    let dir = workdir("export-calltree");
+    let exe = build(&dir, "calltree.c", &["-pg"]);
+    let trace = record(&dir, &exe, &["4", "20"]);
+    let r = report_json(&trace, &[]);
+    let funcs = functions(&r);
+
+    // chrome: slices per function = its calls.
+    let json = dir.join("trace.json");
+    let out = instrfn(&[
+        OsStr::new("export"),
+        trace.as_os_str(),
+        OsStr::new("--format"),
+        OsStr::new("chrome"),
+        OsStr::new("-o"),
+        json.as_os_str(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let counts = check_chrome(&doc);
+    for (name, fun) in &funcs {
+        assert_eq!(counts.get(name).copied(), Some(u(&fun["calls"])), "{name}");
+    }
+
+    // folded: lines `a;b;c <ns>`, summing to the total self time.
+    let out = instrfn(&[
+        OsStr::new("export"),
+        trace.as_os_str(),
+        OsStr::new("--format"),
+        OsStr::new("folded"),
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut sum = 0u64;
+    let mut lines = 0;
+    for line in text.lines() {
+        let (stack, v) = line.rsplit_once(' ').expect("stack and value");
+        assert!(!stack.is_empty());
+        sum += v.parse::<u64>().expect("integer ns");
+        lines += 1;
+    }
+    assert!(text.lines().any(|l| l.starts_with("run;a;b;c ")), "{text}");
+    let self_total: f64 = funcs.values().map(|x| f(&x["self_ns"])).sum();
+    assert!(
+        (sum as f64 - self_total).abs() <= lines as f64,
+        "folded {sum} ns, self {self_total} ns"
+    );
+
+    // svg: well-formed XML (Python's parser), every function of >= 0.1 % of the time in it.
+    let svg = dir.join("flame.svg");
+    let out = instrfn(&[
+        OsStr::new("export"),
+        trace.as_os_str(),
+        OsStr::new("--format"),
+        OsStr::new("svg"),
+        OsStr::new("-o"),
+        svg.as_os_str(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    require_tool("python3");
+    run_ok(
+        Command::new("python3")
+            .arg("-c")
+            .arg("import sys, xml.dom.minidom; xml.dom.minidom.parse(sys.argv[1])")
+            .arg(&svg),
+    );
+    let body = std::fs::read_to_string(&svg).unwrap();
+    for (name, fun) in &funcs {
+        if f(&fun["self_ns"]) >= 0.001 * self_total {
+            assert!(
+                body.contains(&format!("<title>{name} (")),
+                "{name} not in the SVG"
+            );
+        }
+    }
+}
+
+#[test]
+fn bad_input_is_one_line_and_a_nonzero_exit() {
+    let dir = workdir("report-bad-input");
+    let exe = build(&dir, "calltree.c", &["-pg"]);
+    let trace = record(&dir, &exe, &["1", "2"]);
+    let copy = |name: &str| -> PathBuf {
+        let d = dir.join(name);
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        for e in std::fs::read_dir(&trace).unwrap().flatten() {
+            std::fs::copy(e.path(), d.join(e.file_name())).unwrap();
+        }
+        d
+    };
+    let file = |d: &Path, suffix: &str| -> PathBuf {
+        std::fs::read_dir(d)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.to_string_lossy().ends_with(suffix))
+            .unwrap()
+    };
+    let future = copy("future");
+    let meta = file(&future, ".meta");
+    let text = std::fs::read_to_string(&meta).unwrap();
+    std::fs::write(
+        &meta,
+        text.replacen("instrfn-trace 1", "instrfn-trace 2", 1),
+    )
+    .unwrap();
+    let truncated = copy("truncated");
+    let meta = file(&truncated, ".meta");
+    std::fs::write(&meta, "instrfn-trace 1\n").unwrap();
+    let corrupt = copy("corrupt");
+    let events = file(&corrupt, ".events");
+    let mut bytes = std::fs::read(&events).unwrap();
+    bytes[..8].copy_from_slice(b"NOTACHNK");
+    std::fs::write(&events, bytes).unwrap();
+    let empty = dir.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let missing = dir.join("missing");
+    let out_file = dir.join("out.json");
+    let _ = std::fs::remove_file(&out_file);
+    let cases: Vec<(Vec<&OsStr>, &str)> = vec![
+        (
+            vec![OsStr::new("report"), missing.as_os_str()],
+            "no such trace directory",
+        ),
+        (
+            vec![OsStr::new("report"), empty.as_os_str()],
+            "no trace in this directory",
+        ),
+        (vec![OsStr::new("report"), future.as_os_str()], "version"),
+        (
+            vec![OsStr::new("report"), truncated.as_os_str()],
+            "truncated",
+        ),
+        (vec![OsStr::new("report"), corrupt.as_os_str()], "magic"),
+        (
+            vec![
+                OsStr::new("export"),
+                corrupt.as_os_str(),
+                OsStr::new("--format"),
+                OsStr::new("chrome"),
+                OsStr::new("-o"),
+                out_file.as_os_str(),
+            ],
+            "magic",
+        ),
+        (
+            vec![
+                OsStr::new("report"),
+                trace.as_os_str(),
+                OsStr::new("--min-duration"),
+                OsStr::new("10 parsecs"),
+            ],
+            "unknown unit",
+        ),
+        (
+            vec![
+                OsStr::new("report"),
+                trace.as_os_str(),
+                OsStr::new("--time-range"),
+                OsStr::new("2s..1s"),
+            ],
+            "ends before it starts",
+        ),
+        (
+            vec![
+                OsStr::new("report"),
+                trace.as_os_str(),
+                OsStr::new("--frobnicate"),
+            ],
+            "--frobnicate",
+        ),
+        (
+            vec![
+                OsStr::new("export"),
+                trace.as_os_str(),
+                OsStr::new("--format"),
+                OsStr::new("pdf"),
+            ],
+            "pdf",
+        ),
+        (
+            vec![
+                OsStr::new("report"),
+                trace.as_os_str(),
+                OsStr::new("--pid"),
+                OsStr::new("1"),
+            ],
+            "no process 1",
+        ),
+    ];
+    for (args, says) in cases {
+        let out = instrfn(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        let context = format!("{args:?}");
+        assert!(!out.status.success(), "{context}: succeeded");
+        assert!(
+            out.status.code().is_some(),
+            "{context}: killed by a signal (a panic?)"
+        );
+        assert!(err.contains(says), "{context}: {err}");
+        assert!(!err.contains("panicked"), "{context}: {err}");
+        // clap's usage errors span a few lines; instrfn's own are one line.
+        if !says.starts_with("--")
+            && says != "pdf"
+            && !says.contains("unit")
+            && !says.contains("before")
+        {
+            assert_eq!(err.trim_end().lines().count(), 1, "{context}: {err}");
+        }
+    }
+    assert!(
+        !out_file.exists(),
+        "a failed export left {}",
+        out_file.display()
+    );
+    let partial: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(partial.is_empty(), "{partial:?}");
+}
