@@ -2,7 +2,8 @@
 # The main job, end to end, on the bundled example: build libinstrfn.so and the instrfn
 # command, compile examples/c/sort.c with `gcc -pg` (linked without gcrt: glibc's profiler
 # never runs), run it with LD_PRELOAD, and show what gprof makes of the gmon.out instrfn wrote;
-# then trace the same binary with `instrfn record` and show the start of each thread's events.
+# then trace the same binary with `instrfn record`, report where the time went per function,
+# and draw a flame graph.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for tool in cargo gcc gprof; do
@@ -20,8 +21,10 @@ echo "== LD_PRELOAD=target/release/libinstrfn.so INSTRFN_VERBOSE=1 ./sort"
 (cd "$out" && LD_PRELOAD="$PWD/../release/libinstrfn.so" INSTRFN_VERBOSE=1 ./sort "${1:-2000000}")
 echo "== gprof -b ./sort gmon.out"
 gprof -b "$out/sort" "$out/gmon.out" | sed -n '1,60p'
-echo "== target/release/instrfn record -o target/demo/trace -- ./sort 20000"
-(cd "$out" && ../release/instrfn record -o trace -- ./sort 20000)
-echo "== target/release/instrfn dump target/demo/trace   (the first events of each thread)"
-target/release/instrfn dump "$out/trace" | awk '/^process|thread slot/ {print; n = 0; next}
-    /^    tid/ {print; n = 0; next} n++ < 12'
+echo "== target/release/instrfn record -o target/demo/trace -- ./sort 200000"
+(cd "$out" && ../release/instrfn record -o trace -- ./sort 200000)
+echo "== target/release/instrfn report target/demo/trace"
+target/release/instrfn report "$out/trace"
+echo "== target/release/instrfn export target/demo/trace --format svg -o target/demo/flame.svg"
+target/release/instrfn export "$out/trace" --format svg -o "$out/flame.svg"
+echo "flame graph: $out/flame.svg (open it in a browser); timeline: instrfn export --format chrome"
