@@ -32,8 +32,13 @@ recorder and XRay's flush at exit are in theirs). "+RSS" is peak RSS over plain'
 
 "ns/call" is the time one call adds on its thread: (t - plain) * min(T, CPUs) / calls.
 
+--analysis times the commands that read a trace, on one trace of at least 50M events of the
+workload (2 threads x --analysis-iterations, default 6.25M, x 2 calls x entry and exit),
+recorded by instrfn and by uftrace: `instrfn report` against `uftrace report`, and
+`instrfn export --format chrome` against `uftrace dump --chrome`, in events per second.
+
 Usage: scripts/compare.py [--threads 1,2] [--iterations N] [--runs 3] [--uftrace] [--xray]
-                          [--trace [--trace-iterations N]]
+                          [--trace [--trace-iterations N]] [--analysis [--analysis-iterations N]]
 """
 
 import argparse
@@ -123,6 +128,8 @@ def main():
     ap.add_argument("--xray", action="store_true")
     ap.add_argument("--trace", action="store_true")
     ap.add_argument("--trace-iterations", type=int, default=2_000_000)
+    ap.add_argument("--analysis", action="store_true")
+    ap.add_argument("--analysis-iterations", type=int, default=6_250_000)
     a = ap.parse_args()
     for tool in ["gcc", "gprof", "/usr/bin/time"]:
         need(tool)
@@ -140,7 +147,7 @@ def main():
         exe["xray"] = os.path.join(work, "xray")
         sh(["clang", "-O2", "-Wno-unknown-attributes", "-fxray-instrument",
             "-fxray-instruction-threshold=1", SOURCE, "-o", exe["xray"], "-lpthread"])
-    if a.uftrace or a.trace:
+    if a.uftrace or a.trace or a.analysis:
         need("uftrace")
     if a.trace:
         need(INSTRFN)
@@ -199,7 +206,59 @@ def main():
         sys.stdout.flush()
     if a.trace:
         trace_table(a, work, exe)
+    if a.analysis:
+        need(INSTRFN)
+        analysis_table(a, work, exe)
     shutil.rmtree(work)
+
+
+def best_of(runs, args, cwd, stdout=None):
+    """Best wall time of `runs` runs of args (stdout to the file named, else discarded)."""
+    best = None
+    for _ in range(runs):
+        start = time.perf_counter()
+        with open(stdout or os.devnull, "w") as out:
+            r = subprocess.run(args, cwd=cwd, stdout=out, stderr=subprocess.PIPE, text=True)
+        w = time.perf_counter() - start
+        if r.returncode != 0:
+            die(f"{' '.join(args)} failed: {r.stderr}")
+        best = w if best is None else min(best, w)
+    return best
+
+
+def analysis_table(a, work, exe):
+    n = a.analysis_iterations
+    d = fresh(os.path.join(work, "analysis"))
+    args = ["2", str(n)]
+    trace = os.path.join(d, "trace")
+    sh([INSTRFN, "record", "-o", trace, "--", exe["instrfn"]] + args, cwd=d)
+    line = sh([INSTRFN, "dump", "--summary", trace])
+    events = int(re.search(r"(\d+) events", line).group(1))
+    data = os.path.join(d, "uftrace.data")
+    sh(["uftrace", "record", "--no-libcall", "-d", data, exe["instrfn"]] + args, cwd=d)
+    print()
+    print(f"analysis: one trace of {events} events (2 threads x {n} iterations); best of "
+          f"{a.runs}")
+    print(f"{'':>28} {'s':>7} {'Mevents/s':>10}")
+    rows = [
+        ("instrfn report", [INSTRFN, "report", trace], None),
+        ("uftrace report", ["uftrace", "report", "-d", data, "--no-pager"], None),
+        ("instrfn export --chrome", [INSTRFN, "export", trace, "--format", "chrome", "-o",
+                                     os.path.join(d, "instrfn.json")], None),
+        ("uftrace dump --chrome", ["uftrace", "dump", "-d", data, "--chrome", "--no-pager"],
+         os.path.join(d, "uftrace.json")),
+    ]
+    t = {}
+    for name, cmd, out in rows:
+        t[name] = best_of(a.runs, cmd, d, out)
+        print(f"{name:>28} {t[name]:>7.2f} {events / t[name] / 1e6:>10.1f}")
+    sizes = {k: os.path.getsize(os.path.join(d, f)) for k, f in
+             [("instrfn", "instrfn.json"), ("uftrace", "uftrace.json")]}
+    print(f"ratios: report {t['uftrace report'] / t['instrfn report']:.1f}x uftrace's rate, "
+          f"chrome export {t['uftrace dump --chrome'] / t['instrfn export --chrome']:.1f}x; "
+          f"JSON {sizes['instrfn'] / 1e9:.2f} GB (instrfn), {sizes['uftrace'] / 1e9:.2f} GB "
+          f"(uftrace)")
+    sys.stdout.flush()
 
 
 def fresh(d):

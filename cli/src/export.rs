@@ -180,9 +180,21 @@ fn quote(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"?\"".into())
 }
 
-/// Microseconds with nanosecond precision, as Chrome trace timestamps are.
+/// Microseconds with nanosecond precision, as Chrome trace timestamps are (integer
+/// formatting: several times faster than formatting the float).
 fn us(ns: f64) -> String {
-    format!("{:.3}", ns / 1e3)
+    let mut s = String::with_capacity(24);
+    push_us(&mut s, ns);
+    s
+}
+
+fn push_us(s: &mut String, ns: f64) {
+    let n = ns.round();
+    if n < 0.0 {
+        s.push('-');
+    }
+    let n = n.abs() as u64;
+    let _ = write!(s, "{}.{:03}", n / 1000, n % 1000);
 }
 
 struct ChromeWriter<'a> {
@@ -239,37 +251,35 @@ impl Visitor for ChromeWriter<'_> {
         ) {
             return;
         }
+        self.sep();
         let name = self
             .quoted
             .entry(c.func)
-            .or_insert_with(|| quote(&names.name(c.func, c.start)))
-            .clone();
-        let ts = us(p.clock.ns(c.start) - self.zero);
-        self.sep();
-        let pid = p.pid;
-        let tid = c.tid;
-        match c.how {
-            End::NoExit => {
-                let _ = write!(
-                    self.buf,
-                    "{{\"ph\":\"i\",\"s\":\"t\",\"name\":{name},\"cat\":\"function\",\"ts\":{ts},\
-                     \"pid\":{pid},\"tid\":{tid},\"args\":{{\"exit\":\"not recorded\"}}}}"
-                );
-            }
-            how => {
-                let dur = us(c.ticks() as f64 * p.clock.ns_per_tick());
-                let args = match how {
-                    End::Unwound => ",\"args\":{\"closed\":\"unwound\"}",
-                    End::Open => ",\"args\":{\"closed\":\"open at the end of the trace\"}",
-                    _ => "",
-                };
-                let _ = write!(
-                    self.buf,
-                    "{{\"ph\":\"X\",\"name\":{name},\"cat\":\"function\",\"ts\":{ts},\"dur\":{dur},\
-                     \"pid\":{pid},\"tid\":{tid}{args}}}"
-                );
-            }
+            .or_insert_with(|| quote(&names.name(c.func, c.start)));
+        let buf = &mut self.buf;
+        let (pid, tid) = (p.pid, c.tid);
+        let ph = if c.how == End::NoExit {
+            "i\",\"s\":\"t"
+        } else {
+            "X"
+        };
+        buf.push_str("{\"ph\":\"");
+        buf.push_str(ph);
+        buf.push_str("\",\"name\":");
+        buf.push_str(name);
+        buf.push_str(",\"cat\":\"function\",\"ts\":");
+        push_us(buf, p.clock.ns(c.start) - self.zero);
+        if c.how != End::NoExit {
+            buf.push_str(",\"dur\":");
+            push_us(buf, c.ticks() as f64 * p.clock.ns_per_tick());
         }
+        let _ = write!(buf, ",\"pid\":{pid},\"tid\":{tid}");
+        buf.push_str(match c.how {
+            End::NoExit => ",\"args\":{\"exit\":\"not recorded\"}}",
+            End::Unwound => ",\"args\":{\"closed\":\"unwound\"}}",
+            End::Open => ",\"args\":{\"closed\":\"open at the end of the trace\"}}",
+            End::Exit => "}",
+        });
         self.put();
     }
     fn lost(&mut self, tid: u32, ts: u64, count: u64) {
