@@ -32,6 +32,16 @@ instrfn_enabled:
 instrfn_mode:
     .byte 0
 
+# Trace mode: calls shorter than this many counter ticks leave no events (INSTRFN_MIN_DURATION;
+# 0: every call is recorded). Read by the exit trampolines that support it.
+    .p2align 3
+    .globl instrfn_min_ticks
+    .hidden instrfn_min_ticks
+    .type instrfn_min_ticks,%object
+    .size instrfn_min_ticks, 8
+instrfn_min_ticks:
+    .quad 0
+
 # The slot hash multiplier (src/arcs.rs HASH_MUL), for the architectures that load it from memory
 # rather than building a 64-bit immediate.
     .section .rodata

@@ -483,6 +483,8 @@ instrfn_x86_64_exit:
     rdtsc
     shlq $32, %rdx
     orq %rax, %rdx                          # timestamp
+    cmpq $0, instrfn_min_ticks(%rip)
+    jne .Lexit_short
 1:  movq %fs:{TLS_TRACE_POS}(%rcx), %rax     # our event, reserved as in the entry's fast path
     leaq 16(%rax), %rdi
     cmpq %fs:{TLS_TRACE_END}(%rcx), %rdi
@@ -509,6 +511,40 @@ instrfn_x86_64_exit:
     popq %rcx
     popq %rax
     ret
+.Lexit_short:
+    # INSTRFN_MIN_DURATION: a call shorter than instrfn_min_ticks whose entry is still the
+    # thread's newest event (its callees, if any, were short too and taken back already) leaves
+    # no events: its entry is taken back. The entry's tag is zeroed first, then the position is
+    # moved back over it with a cmpxchg that fails if a signal handler reserved an event since
+    # (then the tag goes back and the exit is written as usual). rdx = timestamp; rax, rdi free.
+    cmpq $0, %fs:{TLS_TRACE_END}(%rcx)
+    je 1b
+    movq %fs:{TLS_TRACE_POS}(%rcx), %rdi     # just past the newest event
+    movq {SH_FN}(%rsi), %rax
+    shlq ${EV_SHIFT}, %rax
+    orq ${EV_ENTRY}, %rax                    # our entry's tag
+    cmpq %rax, -8(%rdi)
+    jne 1b                                  # not ours (the first event of a chunk finds the
+                                            # header's zero word there)
+    movq %rdx, %rax
+    subq -16(%rdi), %rax                    # the call's length in ticks
+    cmpq instrfn_min_ticks(%rip), %rax
+    jae 1b
+    movq $0, -8(%rdi)                       # the entry is unwritten again
+    movq %rdi, %rax
+    leaq -16(%rdi), %rdx
+    cmpxchgq %rdx, %fs:{TLS_TRACE_POS}(%rcx)      # and unreserved, if nothing came after it
+    jne 2f
+    incq %fs:{TLS_DROPPED}(%rcx)
+    jmp .Lexit_pop
+2:  movq {SH_FN}(%rsi), %rax                # a handler came in between: the entry stays
+    shlq ${EV_SHIFT}, %rax
+    orq ${EV_ENTRY}, %rax
+    movq %rax, -8(%rdi)
+    rdtsc
+    shlq $32, %rdx
+    orq %rax, %rdx
+    jmp 1b
 .Lexit_slow:
     # instrfn_trace_exit_slow(&Tls, slot) with everything saved; it returns the original
     # return address of the frame whose slot that was (it closes the frames above it).

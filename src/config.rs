@@ -39,6 +39,10 @@ pub struct Config {
     pub exits: bool,
     /// INSTRFN_COLLECTOR: whether trace mode prepares chunks on a thread of its own.
     pub collector: bool,
+    /// INSTRFN_DEPTH: trace mode records calls only this deep (0: all).
+    pub depth: usize,
+    /// INSTRFN_MIN_DURATION: trace mode drops calls shorter than this, in ns (0: none).
+    pub min_duration_ns: u64,
     /// GMON_OUT_PREFIX: output goes to `<prefix>.<pid>`.
     pub prefix: [u8; MAX_PREFIX],
     pub prefix_len: usize,
@@ -80,6 +84,8 @@ impl Config {
         max_depth: DEFAULT_DEPTH,
         exits: EXITS_BY_DEFAULT,
         collector: true,
+        depth: 0,
+        min_duration_ns: 0,
         prefix: [0; MAX_PREFIX],
         prefix_len: 0,
     };
@@ -230,6 +236,28 @@ impl Config {
                 ),
             }
         }
+        if let Some(v) = var(c"INSTRFN_DEPTH") {
+            match parse_u64(v) {
+                Some(n) if (1..=MAX_DEPTH as u64).contains(&n) => c.depth = n as usize,
+                _ => invalid(
+                    "INSTRFN_DEPTH",
+                    v,
+                    format_args!("an integer from 1 to {MAX_DEPTH}"),
+                    format_args!("every depth"),
+                ),
+            }
+        }
+        if let Some(v) = var(c"INSTRFN_MIN_DURATION") {
+            match parse_duration_ns(v) {
+                Some(n) => c.min_duration_ns = n,
+                None => invalid(
+                    "INSTRFN_MIN_DURATION",
+                    v,
+                    format_args!("a duration such as 500ns, 10us, 1.5ms or 2s"),
+                    format_args!("every call"),
+                ),
+            }
+        }
         if let Some(v) = var(c"INSTRFN_COLLECTOR") {
             match parse_bool(v) {
                 Some(b) => c.collector = b,
@@ -311,6 +339,42 @@ fn parse_size(v: &[u8]) -> Option<u64> {
     parse_u64(digits.as_bytes())?.checked_mul(1u64 << shift)
 }
 
+/// A duration in ns: digits with an optional fraction and unit (ns, us, µs, ms, s; none: ns).
+fn parse_duration_ns(v: &[u8]) -> Option<u64> {
+    let s = core::str::from_utf8(v).ok()?.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let scale: u64 = match unit.trim() {
+        "" | "ns" => 1,
+        "us" | "µs" => 1_000,
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        _ => return None,
+    };
+    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
+    if int.is_empty() && frac.is_empty() {
+        return None;
+    }
+    let whole = if int.is_empty() {
+        0
+    } else {
+        parse_u64(int.as_bytes())?
+    };
+    let mut ns = whole.checked_mul(scale)?;
+    // The fraction, digit by digit, down to 1 ns.
+    let mut unit_part = scale;
+    for d in frac.bytes() {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        unit_part /= 10;
+        ns = ns.checked_add((d - b'0') as u64 * unit_part)?;
+    }
+    Some(ns)
+}
+
 fn parse_bool(v: &[u8]) -> Option<bool> {
     let s = core::str::from_utf8(v).ok()?.trim();
     const ON: [&str; 4] = ["1", "on", "yes", "true"];
@@ -365,6 +429,19 @@ fn parse_signal(v: &[u8]) -> Option<c_int> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_durations() {
+        assert_eq!(parse_duration_ns(b"500"), Some(500));
+        assert_eq!(parse_duration_ns(b"10us"), Some(10_000));
+        assert_eq!(parse_duration_ns("2µs".as_bytes()), Some(2_000));
+        assert_eq!(parse_duration_ns(b"1.5ms"), Some(1_500_000));
+        assert_eq!(parse_duration_ns(b" 2s "), Some(2_000_000_000));
+        assert_eq!(parse_duration_ns(b".5us"), Some(500));
+        assert_eq!(parse_duration_ns(b"10 parsecs"), None);
+        assert_eq!(parse_duration_ns(b"ms"), None);
+        assert_eq!(parse_duration_ns(b"1.x"), None);
+    }
 
     #[test]
     fn parses_values() {

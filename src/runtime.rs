@@ -196,11 +196,17 @@ fn start_tracing(config: &Config) -> bool {
         return false;
     }
     crate::collector::configure(config.collector);
+    crate::trace::configure_filters(config.depth, config.min_duration_ns);
+    let depth = if config.depth > 0 {
+        config.depth
+    } else {
+        config.max_depth
+    };
     let ok = crate::trace::start(
         config.output(),
         config.bufsize,
         config.trace_limit,
-        config.max_depth,
+        depth,
         config.exits,
     );
     if !ok {

@@ -19,7 +19,7 @@ use crate::arcs::{self, ArcTable};
 use crate::sampler::{self, PcTable};
 use crate::sys;
 
-/// This thread's state as the trampolines see it (`instrfn_tls` in `asm/data.s`, 128 bytes of
+/// This thread's state as the trampolines see it (`instrfn_tls` in `asm/data.s`, 144 bytes of
 /// initial-exec TLS). The assembly addresses the fields through the `TLS_*` operands of
 /// `trampoline_asm!` (src/arch/mod.rs).
 #[repr(C)]
@@ -61,6 +61,9 @@ pub struct Tls {
     /// with frames on it.
     pub stack_lo: usize,
     pub stack_hi: usize,
+    /// Calls trace mode left out at record time (INSTRFN_MIN_DURATION), not yet reported.
+    pub dropped: usize,
+    _spare: usize,
 }
 
 impl Tls {
@@ -82,11 +85,13 @@ impl Tls {
         walk_base: 0,
         stack_lo: 0,
         stack_hi: 0,
+        dropped: 0,
+        _spare: 0,
     };
 }
 
 /// Bytes of the Tls block (asm/data.s reserves as many).
-pub const TLS_BYTES: usize = 128;
+pub const TLS_BYTES: usize = 144;
 const _: () = assert!(core::mem::size_of::<Tls>() == TLS_BYTES);
 
 const FREE: u32 = 0;

@@ -94,6 +94,9 @@ static MAX_CHUNKS: AtomicU64 = AtomicU64::new(u64::MAX);
 static DEPTH: AtomicUsize = AtomicUsize::new(4096);
 /// Whether return addresses may be replaced (not with a hardware shadow stack).
 static HIJACK: AtomicBool = AtomicBool::new(true);
+/// INSTRFN_DEPTH: calls deeper than the shadow stack leave no events (instead of entries
+/// without exit).
+static DROP_DEEP: AtomicBool = AtomicBool::new(false);
 /// Events recorded as entries without exit because the shadow stack was full, or hijacking is
 /// off (all threads, for the summary).
 static NOEXIT: AtomicU64 = AtomicU64::new(0);
@@ -131,6 +134,45 @@ impl BlockTrace {
             end: AtomicUsize::new(0),
         }
     }
+}
+
+/// The record-time filters (before [`start`]): INSTRFN_DEPTH (the shadow stack then holds
+/// that many entries, and deeper calls are dropped) and INSTRFN_MIN_DURATION (ns; the exit
+/// trampoline takes back the entries of shorter calls where the architecture supports it).
+pub fn configure_filters(depth: usize, min_ns: u64) {
+    DROP_DEEP.store(depth > 0, Ordering::Relaxed);
+    if min_ns == 0 {
+        return;
+    }
+    if !arch::MIN_DURATION_SUPPORTED {
+        message!(
+            "INSTRFN_MIN_DURATION is not available on this architecture yet; recording every call"
+        );
+        return;
+    }
+    arch::set_min_ticks(ns_to_ticks(min_ns));
+}
+
+/// `ns` in counter ticks, from the counter's rate measured against CLOCK_MONOTONIC over 2 ms
+/// (at start-up, only when INSTRFN_MIN_DURATION asks: the threshold is that precise).
+fn ns_to_ticks(ns: u64) -> u64 {
+    let mono = || {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime into a local.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+        t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+    };
+    let (c0, m0) = (arch::counter(), mono());
+    let mut m1 = m0;
+    while m1 - m0 < 2_000_000 {
+        m1 = mono();
+    }
+    let c1 = arch::counter();
+    let rate = (c1.wrapping_sub(c0)) as f64 / (m1 - m0) as f64;
+    ((ns as f64 * rate) as u64).max(1)
 }
 
 /// Whether this process traces.
@@ -628,12 +670,17 @@ pub fn thread_ended(tls: &mut Tls, block: &ThreadBlock) {
     tls.trace_end = 0;
 }
 
-/// Reports this thread's lost events in the meta file.
+/// Reports this thread's lost events, and the calls the record-time filters dropped, in the
+/// meta file.
 fn flush_lost(tls: &mut Tls, block: &ThreadBlock) {
     let lost = core::mem::take(&mut tls.trace_lost);
     if lost > 0 {
         block.trace.lost.fetch_add(lost as u64, Ordering::Relaxed);
         meta(format_args!("lost {} {lost}", block.index));
+    }
+    let dropped = core::mem::take(&mut tls.dropped);
+    if dropped > 0 {
+        meta(format_args!("dropped {} {dropped}", block.index));
     }
 }
 
@@ -1085,6 +1132,11 @@ unsafe fn trace_call(tls: &mut Tls, block: &ThreadBlock, slot: *mut usize, self_
         return;
     }
     let room = tls.shadow_top + SH_BYTES <= tls.shadow_end;
+    if hijack && !room && DROP_DEEP.load(Ordering::Relaxed) {
+        // Deeper than INSTRFN_DEPTH: no events (nothing replaced: its callees come here too).
+        tls.dropped += 1;
+        return;
+    }
     // SAFETY: slot is the function's return slot (per the contract).
     let replaceable = hijack && arch::replaceable(unsafe { *slot });
     if hijack && (!room || !HIJACK.load(Ordering::Relaxed) || !replaceable) {
@@ -1373,6 +1425,7 @@ pub fn after_fork(dir: &[u8]) {
     tls.trace_pos = 0;
     tls.trace_end = 0;
     tls.trace_lost = 0;
+    tls.dropped = 0;
     let chunk = CHUNK_BYTES.load(Ordering::Relaxed);
     let limit = MAX_CHUNKS
         .load(Ordering::Relaxed)

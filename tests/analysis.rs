@@ -236,7 +236,9 @@ fn report_filters_and_sorting() {
 /// tid, µs timestamps, every thread's slices properly nested; returns slices per name.
 fn check_chrome(doc: &Value) -> BTreeMap<String, u64> {
     let events = doc["traceEvents"].as_array().expect("traceEvents");
-    let mut slices: BTreeMap<(u64, u64), Vec<(f64, f64, String)>> = BTreeMap::new();
+    // (pid, tid) -> (start, end, name) of each slice
+    type Slices = BTreeMap<(u64, u64), Vec<(f64, f64, String)>>;
+    let mut slices: Slices = BTreeMap::new();
     let mut counts = BTreeMap::new();
     let mut named_threads = 0;
     for e in events {
@@ -523,4 +525,57 @@ fn bad_input_is_one_line_and_a_nonzero_exit() {
         .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
         .collect();
     assert!(partial.is_empty(), "{partial:?}");
+}
+
+/// `instrfn record` with extra environment.
+fn record_env(dir: &Path, exe: &Path, args: &[&str], env: &[(&str, &str)]) -> PathBuf {
+    let trace = dir.join("trace");
+    let _ = std::fs::remove_dir_all(&trace);
+    let mut cmd = Command::new(instrfn_cli());
+    cmd.arg("record")
+        .arg("-o")
+        .arg(&trace)
+        .arg("--")
+        .arg(exe)
+        .args(args)
+        .current_dir(dir);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    run_ok(&mut cmd);
+    trace
+}
+
+#[test]
+fn record_time_filters_leave_calls_out_and_count_them() {
+    // INSTRFN_DEPTH=2: calltree's workers keep run and a (depth 1 and 2), b and c leave no
+    // events (4 per a), counted. INSTRFN_MIN_DURATION=1ms: sleeps.c's 1000 tiny() calls leave
+    // none, the naps (10 and 30 ms) stay, with their exact counts.
+    const T: u64 = 4;
+    const K: u64 = 5;
+    let dir = workdir("record-filters");
+    let calltree = build(&dir, "calltree.c", &["-pg"]);
+    let trace = record_env(&dir, &calltree, &["4", "5"], &[("INSTRFN_DEPTH", "2")]);
+    let r = report_json(&trace, &[]);
+    let funcs = functions(&r);
+    assert_eq!(u(&funcs["run"]["calls"]), T);
+    assert_eq!(u(&funcs["a"]["calls"]), T * K);
+    assert!(
+        !funcs.contains_key("b") && !funcs.contains_key("c"),
+        "{funcs:?}"
+    );
+    assert_eq!(u(&r["dropped_at_record_time"]), 4 * T * K);
+
+    let sleeps = build(&dir, "sleeps.c", &["-pg"]);
+    let trace = record_env(&dir, &sleeps, &[], &[("INSTRFN_MIN_DURATION", "1ms")]);
+    let r = report_json(&trace, &[]);
+    let funcs = functions(&r);
+    assert!(!funcs.contains_key("tiny"), "{funcs:?}");
+    assert_eq!(u(&funcs["nap10"]["calls"]), 5);
+    assert_eq!(u(&funcs["nap30"]["calls"]), 3);
+    assert!(u(&r["dropped_at_record_time"]) >= 1000, "{r}");
+    // Without the filter, tiny() is there.
+    let trace = record(&dir, &sleeps, &[]);
+    let funcs = functions(&report_json(&trace, &[]));
+    assert_eq!(u(&funcs["tiny"]["calls"]), 1000);
 }

@@ -337,6 +337,7 @@ fn trace_registers_survive_entry_and_exit() {
                 ("INSTRFN_BUFSIZE", "4096"),
                 ("INSTRFN_TRACE_LIMIT", "100000"),
                 ("INSTRFN_EXITS", "0"),
+                ("INSTRFN_MIN_DURATION", "1s"),
             ] {
                 let out_dir = dir.join("trace");
                 let _ = std::fs::remove_dir_all(&out_dir);
@@ -366,6 +367,31 @@ fn trace_registers_survive_entry_and_exit() {
                 match setting {
                     ("INSTRFN_EXITS", _) => {
                         assert_eq!((entries, noexit, lost), (0, RECORDED, 0), "{context}")
+                    }
+                    ("INSTRFN_MIN_DURATION", _) => {
+                        // Every call is short: the exit trampoline takes its entry back (the
+                        // exits that take the slow path record theirs); all counted.
+                        assert_eq!(entries, exits, "{context}");
+                        let meta = std::fs::read_to_string(
+                            std::fs::read_dir(&out_dir)
+                                .unwrap()
+                                .flatten()
+                                .map(|e| e.path())
+                                .find(|p| p.extension().is_some_and(|e| e == "meta"))
+                                .unwrap(),
+                        )
+                        .unwrap();
+                        let dropped: u64 = meta
+                            .lines()
+                            .filter_map(|l| l.strip_prefix("dropped "))
+                            .map(|l| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap())
+                            .sum();
+                        assert!(dropped > RECORDED / 2, "{context}: {dropped} dropped");
+                        assert_eq!(
+                            dropped + entries,
+                            RECORDED,
+                            "{context}: {dropped} dropped, {entries} recorded"
+                        );
                     }
                     ("INSTRFN_TRACE_LIMIT", _) => {
                         assert_eq!(entries, exits, "{context}");

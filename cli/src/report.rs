@@ -142,6 +142,8 @@ pub struct Report {
     /// From the earliest start to the latest end of the processes, ns.
     pub duration_ns: f64,
     pub orphan_exits: u64,
+    /// Calls the record-time filters left out.
+    pub dropped: u64,
     /// Self time of all rows (before --limit).
     pub self_ns: f64,
 }
@@ -283,6 +285,7 @@ pub fn build(trace: &Trace, a: &ReportArgs) -> Result<Report, String> {
         lost: procs.iter().map(|p| p.lost_total()).sum(),
         duration_ns: (hi - lo).max(0.0),
         orphan_exits,
+        dropped: procs.iter().map(|p| p.dropped).sum(),
         self_ns,
     })
 }
@@ -349,6 +352,13 @@ fn text(r: &Report, a: &ReportArgs) -> String {
         r.lost,
         if r.orphan_exits > 0 {
             format!(", {} exits without their entry", r.orphan_exits)
+        } else {
+            String::new()
+        } + &if r.dropped > 0 {
+            format!(
+                ", {} calls left out at record time (INSTRFN_DEPTH, INSTRFN_MIN_DURATION)",
+                r.dropped
+            )
         } else {
             String::new()
         }
@@ -431,6 +441,7 @@ fn json(r: &Report, _a: &ReportArgs) -> String {
         "events": r.events,
         "lost": r.lost,
         "exits_without_entry": r.orphan_exits,
+        "dropped_at_record_time": r.dropped,
         "quantiles": "from a log-linear histogram: within 0.4 % of a recorded duration",
         "functions": rows,
     });

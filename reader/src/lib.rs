@@ -204,6 +204,9 @@ pub struct Process {
     pub threads: Vec<ThreadInfo>,
     /// Events lost per slot (from `lost` lines).
     pub lost: BTreeMap<u32, u64>,
+    /// Calls the record-time filters left out (INSTRFN_DEPTH, INSTRFN_MIN_DURATION), from
+    /// `dropped` lines, all slots together.
+    pub dropped: u64,
     /// Whether the process wrote its `end` line (it exited normally).
     pub ended: bool,
     /// The collector thread at the end (from the `collector` line), if it ran.
@@ -337,6 +340,7 @@ impl Process {
             modules: Vec::new(),
             threads: Vec::new(),
             lost: BTreeMap::new(),
+            dropped: 0,
             ended: false,
             collector: None,
             meta_path: meta_path.to_path_buf(),
@@ -417,6 +421,10 @@ impl Process {
                         prepared,
                         by_threads,
                     });
+                }
+                "dropped" => {
+                    let _slot = number(meta_path, n, w.next())?;
+                    p.dropped += number(meta_path, n, w.next())?;
                 }
                 "unload" => {
                     let start = number(meta_path, n, w.next())?;

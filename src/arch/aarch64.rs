@@ -147,6 +147,10 @@ pub fn exit_trampoline() -> usize {
 /// signing its return address (the trace slow path sets this thread's class word for the
 /// call it records), and only if `ret` carries no pointer authentication code and is not
 /// the trampoline already.
+/// Whether the exit trampoline takes back the entries of calls shorter than
+/// INSTRFN_MIN_DURATION (not on this architecture yet).
+pub const MIN_DURATION_SUPPORTED: bool = false;
+
 pub fn replaceable(ret: usize) -> bool {
     // SAFETY: this thread's own class word (instrfn_aarch64_class_get reads tpidr_el0 only).
     let class = unsafe { *instrfn_aarch64_class_get() };

@@ -139,6 +139,14 @@ mod shared {
         static instrfn_enabled: AtomicU8;
         /// 0 gmon, 1 trace: read by every fast path.
         static instrfn_mode: AtomicU8;
+        /// INSTRFN_MIN_DURATION in counter ticks (0: off).
+        static instrfn_min_ticks: core::sync::atomic::AtomicU64;
+    }
+
+    /// Sets the shortest call trace mode records, in counter ticks (start-up).
+    pub fn set_min_ticks(ticks: u64) {
+        // SAFETY: a static defined in the assembly, 8 bytes, only accessed atomically.
+        unsafe { &*core::ptr::addr_of!(instrfn_min_ticks) }.store(ticks, Ordering::Relaxed);
     }
 
     /// The mode the fast paths take: 0 gmon, 1 trace, 2 trace without exits.

@@ -718,6 +718,10 @@ pub fn exit_trampoline() -> usize {
 /// call is recorded as an entry without exit). Not an odd word, which is no return address
 /// (code is 2-byte aligned): [`instrfn_riscv64_trace_path`] passes a slot holding 1 for a call
 /// whose return slot it cannot prove. Not the exit trampoline either.
+/// Whether the exit trampoline takes back the entries of calls shorter than
+/// INSTRFN_MIN_DURATION (not on this architecture yet).
+pub const MIN_DURATION_SUPPORTED: bool = false;
+
 pub fn replaceable(ret: usize) -> bool {
     ret.is_multiple_of(2) && ret != exit_trampoline()
 }

@@ -117,6 +117,10 @@ pub fn exit_trampoline() -> usize {
 /// dropped (this architecture caches none).
 pub fn forget_sites(_lo: usize, _hi: usize) {}
 
+/// Whether the exit trampoline takes back the entries of calls shorter than
+/// INSTRFN_MIN_DURATION (not on this architecture yet).
+pub const MIN_DURATION_SUPPORTED: bool = false;
+
 pub fn replaceable(ret: usize) -> bool {
     ret != 0
 }

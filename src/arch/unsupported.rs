@@ -48,9 +48,15 @@ pub fn exit_trampoline() -> usize {
 
 pub fn set_mode(_mode: u8) {}
 
+pub fn set_min_ticks(_ticks: u64) {}
+
 /// After dlclose unloaded the code in [lo, hi): decisions cached per call site there are
 /// dropped (this architecture caches none).
 pub fn forget_sites(_lo: usize, _hi: usize) {}
+
+/// Whether the exit trampoline takes back the entries of calls shorter than
+/// INSTRFN_MIN_DURATION (not on this architecture yet).
+pub const MIN_DURATION_SUPPORTED: bool = false;
 
 pub fn replaceable(_ret: usize) -> bool {
     false

@@ -9,6 +9,7 @@ trampoline_asm!("../../asm/x86_64.s", att_syntax;
     TLS_SHADOW_END = const core::mem::offset_of!(crate::thread::Tls, shadow_end),
     TLS_SHADOW_BASE = const core::mem::offset_of!(crate::thread::Tls, shadow_base),
     TLS_UNWOUND = const core::mem::offset_of!(crate::thread::Tls, unwound),
+    TLS_DROPPED = const core::mem::offset_of!(crate::thread::Tls, dropped),
     SH_RET = const crate::trace::layout::SH_RET,
     SH_SLOT = const crate::trace::layout::SH_SLOT,
     SH_FN = const crate::trace::layout::SH_FN,
@@ -102,6 +103,10 @@ pub const UC_PC_OFFSET: usize = 168;
 /// After dlclose unloaded the code in [lo, hi): decisions cached per call site there are
 /// dropped (this architecture caches none).
 pub fn forget_sites(_lo: usize, _hi: usize) {}
+
+/// Whether the exit trampoline takes back the entries of calls shorter than
+/// INSTRFN_MIN_DURATION.
+pub const MIN_DURATION_SUPPORTED: bool = true;
 
 pub fn replaceable(_ret: usize) -> bool {
     true
