@@ -164,13 +164,18 @@ fn report_durations_of_known_sleeps() {
             ("max_ns", own[1], 1e6),
             ("total_ns", own[2], calls as f64 * 1e6),
         ] {
+            // The call holds the sleep (so lasts at least as long), up to the counter's
+            // calibration against CLOCK_MONOTONIC (a few parts in 10^5).
             let v = f(&fun[key]);
             assert!(
-                v >= truth && v <= truth + bound,
+                v >= truth * (1.0 - 1e-4) && v <= truth + bound,
                 "{name} {key}: reported {v} ns, slept {truth} ns"
             );
         }
-        assert!(f(&fun["min_ns"]) >= ms * 1e6, "{name} shorter than asked");
+        assert!(
+            f(&fun["min_ns"]) >= ms * 1e6 * (1.0 - 1e-4),
+            "{name} shorter than asked"
+        );
         let median = f(&fun["median_ns"]);
         assert!(
             median >= own[0] && median <= own[1] + 1e6,
