@@ -112,11 +112,12 @@ pub fn exit_trampoline() -> usize {
 /// Whether trace mode may replace the return address `ret` with the exit trampoline (else the
 /// call is recorded as an entry without exit). Any address can be replaced (the slot is a
 /// doubleword of the frame's save area, or r14) but 0: what the slow path shows for mcount
-/// code that keeps no return address at 8(%r15) (clang 14, see asm/s390x.s).
-/// After dlclose unloaded the code in [lo, hi): decisions cached per call site there are
-/// dropped (this architecture caches none).
-pub fn forget_sites(_lo: usize, _hi: usize) {}
-
+/// code that keeps no return address at 8(%r15) (clang 14, see asm/s390x.s), and for mcount
+/// code in mode 2 (INSTRFN_EXITS=off) when it finds no room in its chunk.
 pub fn replaceable(ret: usize) -> bool {
     ret != 0
 }
+
+/// After dlclose unloaded the code in [lo, hi): decisions cached per call site there are
+/// dropped (this architecture caches none).
+pub fn forget_sites(_lo: usize, _hi: usize) {}
