@@ -73,7 +73,12 @@
 # - Reservations (16 bytes of the chunk, 32 of the shadow stack) are compare-and-swap loops:
 #   z10 has no interlocked load-and-add (laag came with z196). Each loop checks for room
 #   before it claims, so only the shadow entry may have to be given back (agsi, one
-#   instruction).
+#   instruction). Shadow entries follow x86_64's protocol (src/trace.rs, `in_progress`): a
+#   free entry's slot is 0 and every pop zeroes it, the entry fast path writes the slot last
+#   (until then the entry is "being pushed", alive), and the exit trampoline writes its event
+#   before it pops.
+# - INSTRFN_EXITS=off (instrfn_mode 2): mcount and fentry code get entries without exit
+#   (EV_NOEXIT) on the fast path, nothing replaced, as clang 14's mcount calls do.
 # - The clock is the TOD clock, `stckf` (bit 51 = 1 microsecond: 4096 ticks per microsecond),
 #   stored straight into the event.
 # - Events and chunk headers are big-endian (native order); the reader tells by the header's
@@ -256,7 +261,10 @@ instrfn_s390x_\name:
     # Reservations are compare-and-swap loops (csg: z10 has no load-and-add), each of which
     # checks for room before it claims anything, so only the shadow entry ever has to be given
     # back. A signal handler that reserves between our load and our csg makes the csg fail,
-    # and we try again from its new top.
+    # and we try again from its new top. The shadow-entry protocol is x86_64's: a free entry's
+    # slot is 0 (every pop zeroes it), so the entry we claim says "being pushed" (alive, see
+    # `in_progress` in src/trace.rs) until its slot is written, last; a handler that runs
+    # meanwhile pushes above it and pops back down to it.
     .ifc \trace,mcount
     .set .Lhijack_\name, 1
     .else
@@ -277,8 +285,7 @@ instrfn_s390x_\name:
     .if .Lhijack_\name
     larl %r4,instrfn_mode
     cli 0(%r4),2
-    je .Ltslow_\name                        # exits off (INSTRFN_EXITS): the slow path records an
-                                            # entry without exit
+    je .Lnoexit_\name                       # exits off (INSTRFN_EXITS): an entry without exit
     cghsi {TLS_UNWOUND}(%r2),0
     jne .Ltslow_\name
     la %r3,112(%r15)                        # our slot
@@ -286,17 +293,13 @@ instrfn_s390x_\name:
 1:  clg %r4,{TLS_SHADOW_BASE}(%r2)
     je 2f
     clg %r3,{SH_SLOT}-{SH_BYTES}(%r4)               # the newest entry's frame at or below ours is
-    jnl .Ltslow_\name                       # gone (longjmp): the slow path closes it
+    jnl .Ltslow_\name                       # gone (longjmp), or being pushed (slot 0): the
+                                            # slow path sorts it out
 2:  la %r5,{SH_BYTES}(%r4)
     clg %r5,{TLS_SHADOW_END}(%r2)
     jh .Ltslow_\name                        # full (or no shadow stack yet): entry only
-    # The slot goes into the entry before the claim too: a signal handler that interrupts us
-    # right after it compares its frame with ours, never with a stale or zero slot. A handler
-    # that ran between this store and the claim has pushed and popped here: store it again.
-    stg %r3,{SH_SLOT}(%r4)
     csg %r4,%r5,{TLS_SHADOW_TOP}(%r2)
-    jne 1b
-    stg %r3,{SH_SLOT}(%r4)                        # r4 = our shadow entry
+    jne 1b                                  # r4 = our shadow entry (its slot is 0)
     .endif
     lg %r3,{TLS_TRACE_POS}(%r2)
 3:  la %r5,{EV_BYTES}(%r3)
@@ -319,6 +322,8 @@ instrfn_s390x_\name:
     mvc {SH_RET}(8,%r4),8(%r15)
     .endif
     stg %r1,{SH_FN}(%r4)
+    la %r3,112(%r15)
+    stg %r3,{SH_SLOT}(%r4)                        # last: the entry is complete
     .ifc \trace,fentry
     larl %r14,instrfn_s390x_exit            # the function now returns to the exit trampoline
     .else
@@ -330,7 +335,7 @@ instrfn_s390x_\name:
     br \ret
 .Ltnochunk_\name:
     .if .Lhijack_\name
-    agsi {TLS_SHADOW_TOP}(%r2),-{SH_BYTES}            # give the shadow entry back
+    agsi {TLS_SHADOW_TOP}(%r2),-{SH_BYTES}            # give the shadow entry back (slot still 0)
     .endif
 .Ltslow_\name:
     # instrfn_trace_slow(tls, slot = r3, self_pc = r2): slot %r15 + 112 (mcount: with flag 1,
@@ -354,9 +359,10 @@ instrfn_s390x_\name:
     lgr %r1,%r14
     .endif
     j instrfn_s390x_slow
-    .ifc \trace,mcount
+    .if .Lhijack_\name
 .Lnoexit_\name:
-    # An entry without exit ({EV_NOEXIT}): the event only.
+    # An entry without exit ({EV_NOEXIT}), nothing replaced: the event only. For clang 14's
+    # mcount (no return address at 8(%r15)) and for INSTRFN_EXITS=off (mode 2).
     lg %r3,{TLS_TRACE_POS}(%r2)
 4:  la %r5,{EV_BYTES}(%r3)
     clg %r5,{TLS_TRACE_END}(%r2)
@@ -369,11 +375,18 @@ instrfn_s390x_\name:
     stg %r5,8(%r3)
     lmg %r2,%r5,16(%r15)
     br %r1
-5:  # No room: the slow path with flag 4, which shows the Rust side a return slot holding 0
-    # (not replaceable, src/arch/s390x.rs): an entry without exit too.
+5:  # No room (or no chunk yet): the slow path records the entry without exit. mcount code
+    # goes with flag 4, which shows the Rust side a return slot holding 0 (not replaceable,
+    # src/arch/s390x.rs): right for clang 14's call, and for mode 2 too (nothing is replaced
+    # then anyway); fentry code only comes here in mode 2, where the Rust side replaces
+    # nothing either.
     larl %r4,instrfn_trace_slow
     la %r3,112(%r15)
+    .ifc \trace,mcount
     lghi %r5,4
+    .else
+    lghi %r5,0
+    .endif
     lgr %r2,%r1
     j instrfn_s390x_slow
     .endif
@@ -624,10 +637,11 @@ instrfn_s390x_slow:
 #   return: the ABI lets a call clobber them), r14 (= this trampoline's address on entry) and
 #   the condition code. r4 and r5 are kept at 32-47(S), the returning function's own register
 #   save area, which nothing uses any more (there is no red zone below S, and S itself is
-#   not moved by the fast part). Pops the newest shadow entry if it is this frame's, writes
-#   the exit event, and continues at the original return address (through r1).
-#   Registers: r14 = &Tls, r4 = the entry, then the event; r1 = the original return address,
-#   r0 = the function, r5 scratch.
+#   not moved by the fast part). If the newest shadow entry is this frame's, writes its exit
+#   event (reserved as in FAST_PATH: compare-and-swap against the room just checked), then
+#   pops it (slot zeroed: free), and continues at the original return address (through r1).
+#   Registers: r14 = &Tls, r4 = the entry, r1 = the event, then the original return address;
+#   r0 = the event's tagged word, r5 scratch.
 #   Everything out of the ordinary (the entry is not ours: frames left behind by longjmp; an
 #   unwinder ran; no room for the event) goes to instrfn_trace_exit_slow(tls, slot) through
 #   instrfn_s390x_slow (flag 2), with everything saved, in a frame of its own with a
@@ -658,29 +672,28 @@ instrfn_s390x_exit:
     la %r5,112(%r15)                        # our slot
     clg %r5,{SH_SLOT}(%r4)
     jne .Lexit_slow                         # frames left behind by longjmp: the slow path
-    lg %r1,{SH_RET}(%r4)                          # return there
-    lg %r0,{SH_FN}(%r4)                          # the function that returned
     cghsi {TLS_GUARD}(%r14),0
     jne .Lexit_pop
     larl %r5,instrfn_enabled
     cli 0(%r5),0
     je .Lexit_pop
-    lg %r4,{TLS_TRACE_POS}(%r14)
-1:  la %r5,{EV_BYTES}(%r4)
+    lg %r1,{TLS_TRACE_POS}(%r14)
+1:  la %r5,{EV_BYTES}(%r1)
     clg %r5,{TLS_TRACE_END}(%r14)
     jh .Lexit_slow                          # no room: the entry is still ours, all goes slow
-    csg %r4,%r5,{TLS_TRACE_POS}(%r14)
-    jne 1b                                  # r4 = our event
-    agsi {TLS_SHADOW_TOP}(%r14),-{SH_BYTES}          # popped, after reading it (a signal handler
-                                            # pushes above it until then)
-    stckf 0(%r4)
+    csg %r1,%r5,{TLS_TRACE_POS}(%r14)
+    jne 1b                                  # r1 = our event
+    stckf 0(%r1)
+    lg %r0,{SH_FN}(%r4)                          # the function that returned
     sllg %r0,%r0,{EV_SHIFT}
     oill %r0,{EV_EXIT}
-    stg %r0,8(%r4)
-    lmg %r4,%r5,32(%r15)
-    br %r1
+    stg %r0,8(%r1)
 .Lexit_pop:
-    agsi {TLS_SHADOW_TOP}(%r14),-{SH_BYTES}          # not recording: popped, no event
+    # Popped after the event: until here a handler that interrupts us finds the entry intact
+    # (it pushes and pops above it).
+    lg %r1,{SH_RET}(%r4)                          # return there
+    mvghi {SH_SLOT}(%r4),0                       # free entries have slot 0
+    stg %r4,{TLS_SHADOW_TOP}(%r14)                   # popped
     lmg %r4,%r5,32(%r15)
     br %r1
 .Lexit_slow:

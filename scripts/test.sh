@@ -21,6 +21,7 @@ packages=(
     gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu
     gcc-riscv64-linux-gnu libc6-dev-riscv64-cross binutils-riscv64-linux-gnu
     gcc-s390x-linux-gnu libc6-dev-s390x-cross binutils-s390x-linux-gnu
+    g++-s390x-linux-gnu                           # C++ exceptions through s390x trace frames
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1297,7 +1297,9 @@ extern "C" fn unwind_looked() {
     }
     tls.unwound = 0;
     let trampoline = arch::exit_trampoline();
-    for e in shadow_entries(tls) {
+    // Not an entry still being pushed (slot 0: the walk began in a signal handler that
+    // interrupted its fast path), which restore_return_addresses left alone too.
+    for e in shadow_entries(tls).iter().filter(|e| !in_progress(e)) {
         // SAFETY: a live frame's return slot, holding its original address right now.
         unsafe {
             if *e.slot == e.ret {

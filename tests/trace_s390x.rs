@@ -1,8 +1,10 @@
 //! Trace mode on s390x, under qemu-user: golden call trees for every entry kind gcc emits
 //! (-pg, -pg -mfentry, -finstrument-functions), preloaded and linked; the exit trampoline's
 //! registers (fast and slow exits, with and without the vector facility, and a harness that
-//! catches a clobbering trampoline); unwinding through traced frames; and the host's
-//! `instrfn dump` reading the big-endian traces (symbols, clock).
+//! catches a clobbering trampoline); unwinding through traced frames (an unwinder's walk,
+//! longjmp, siglongjmp, pthread_exit and cancellation, tail calls, backtrace(), also from
+//! signal handlers, and C++ exceptions); INSTRFN_EXITS=off; and the host's `instrfn dump`
+//! reading the big-endian traces (symbols, clock).
 
 mod common;
 
@@ -570,6 +572,54 @@ fn assert_nested(events: &[DumpEvent], context: &str) {
     assert!(open.is_empty(), "{context}: never exited: {open:?}");
 }
 
+/// Runs tracesig.c (built with `flags`, the runtime linked in) for `rounds` rounds with the
+/// extra arguments `args` and environment `env`: the main thread's trace stays nested and
+/// complete, and every call is in it.
+fn signal_rounds(name: &str, flags: &[&str], args: &[&str], env: &[(&str, &str)], rounds: u32) {
+    let dir = workdir(name);
+    let obj = compile(&dir, "c/tracesig.c", flags, "tracesig.o");
+    let lib = runtime_lib(S390X, Lib::Static);
+    let exe = cc(
+        S390X,
+        &[
+            obj.as_os_str(),
+            lib.as_os_str(),
+            OsStr::new("-lpthread"),
+            OsStr::new("-ldl"),
+        ],
+        &dir.join("tracesig"),
+    );
+    let mut argv = vec!["20000"];
+    argv.extend_from_slice(args);
+    for round in 0..rounds {
+        let context = format!("{name} round {round}");
+        let trace = dir.join("trace");
+        let out = run_traced(&exe, &argv, false, env, &dir, &trace);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let words: Vec<&str> = stdout.split_whitespace().collect();
+        let (handled, calls): (usize, usize) = match words[..] {
+            ["handled", h, "calls", c] => (h.parse().unwrap(), c.parse().unwrap()),
+            _ => panic!("{context}: {stdout}"),
+        };
+        assert!(handled > 0, "{context}: no signal was handled");
+        let procs = instrfn_dump(&trace);
+        let p = &procs[0];
+        for (tid, events) in &p.threads {
+            assert_nested(events, &format!("{context} thread {tid}"));
+        }
+        let counts = dump_counts(p);
+        let n = |k: &str, f: &str| counts.get(&(k.to_string(), f.to_string())).copied();
+        assert_eq!(n("exit", "work"), Some(calls), "{context}");
+        assert_eq!(n("exit", "on_signal"), Some(handled), "{context}");
+        assert_eq!(n("exit", "handler_fn"), Some(handled), "{context}");
+        assert_eq!(
+            n("exit", "leaf"),
+            Some(2 * calls + 100 * handled),
+            "{context}"
+        );
+    }
+}
+
 #[test]
 fn s390x_trace_signal_handlers_interrupt_trampolines_anywhere() {
     // Handlers that trace (and, with 4 KiB chunks, take the next chunk) between any two
@@ -583,53 +633,22 @@ fn s390x_trace_signal_handlers_interrupt_trampolines_anywhere() {
         &["-finstrument-functions"][..],
     ] {
         let name = format!("s390x-trace-signals{}", flags.join(""));
-        let dir = workdir(&name);
-        let obj = compile(&dir, "c/tracesig.c", flags, "tracesig.o");
-        let lib = runtime_lib(S390X, Lib::Static);
-        let exe = cc(
-            S390X,
-            &[
-                obj.as_os_str(),
-                lib.as_os_str(),
-                OsStr::new("-lpthread"),
-                OsStr::new("-ldl"),
-            ],
-            &dir.join("tracesig"),
-        );
-        for round in 0..3 {
-            let context = format!("{name} round {round}");
-            let trace = dir.join("trace");
-            let out = run_traced(
-                &exe,
-                &["20000"],
-                false,
-                &[("INSTRFN_BUFSIZE", "4096")],
-                &dir,
-                &trace,
-            );
-            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-            let words: Vec<&str> = stdout.split_whitespace().collect();
-            let (handled, calls): (usize, usize) = match words[..] {
-                ["handled", h, "calls", c] => (h.parse().unwrap(), c.parse().unwrap()),
-                _ => panic!("{context}: {stdout}"),
-            };
-            assert!(handled > 0, "{context}: no signal was handled");
-            let procs = instrfn_dump(&trace);
-            let p = &procs[0];
-            for (tid, events) in &p.threads {
-                assert_nested(events, &format!("{context} thread {tid}"));
-            }
-            let counts = dump_counts(p);
-            let n = |k: &str, f: &str| counts.get(&(k.to_string(), f.to_string())).copied();
-            assert_eq!(n("exit", "work"), Some(calls), "{context}");
-            assert_eq!(n("exit", "on_signal"), Some(handled), "{context}");
-            assert_eq!(n("exit", "handler_fn"), Some(handled), "{context}");
-            assert_eq!(
-                n("exit", "leaf"),
-                Some(2 * calls + 100 * handled),
-                "{context}"
-            );
-        }
+        signal_rounds(&name, flags, &[], &[("INSTRFN_BUFSIZE", "4096")], 3);
+    }
+}
+
+#[test]
+fn s390x_trace_signal_handlers_walk_the_stack_mid_push() {
+    // The same handlers, each walking the stack with backtrace() first (tracesig.c `walk`):
+    // the walk puts the original return addresses back and the exit trampoline afterwards,
+    // also when the handler interrupted an entry fast path between claiming its shadow entry
+    // and writing the entry's slot (slot 0: being pushed). That entry's frame has nothing
+    // replaced yet and is left alone by both (src/trace.rs, `unwind_looked`: it dereferenced
+    // the null slot, SIGSEGV in nearly every run). Default chunks: a handler takes at most one
+    // new chunk here.
+    for flags in HIJACKED {
+        let name = format!("s390x-trace-signals-walk{}", flags.join(""));
+        signal_rounds(&name, flags, &["walk"], &[], 3);
     }
 }
 
@@ -683,4 +702,279 @@ fn s390x_trace_clang14_mcount_entries_only() {
         }
     }
     assert_eq!((workers, mains), (T, 1));
+}
+
+/// One run of unwind.c: its arguments, the (kind, function, events) expected, extra environment.
+type UnwindCase = (
+    &'static [&'static str],
+    &'static [(&'static str, &'static str, u64)],
+    &'static [(&'static str, &'static str)],
+);
+
+/// The entry kinds of gcc -pg code: `_mcount` before the prologue (the return address at
+/// 8(%r15), reloaded into r14 after the call) and `__fentry__` as the first instruction (the
+/// return address in r14).
+const HIJACKED: [&[&str]; 2] = [&["-pg"], &["-pg", "-mfentry"]];
+
+/// Links `objs` (C or C++ with `driver`) preloaded or with the runtime linked in.
+fn link_with(driver: &str, objs: &[&OsStr], preload: bool, out: &Path) -> PathBuf {
+    let lib = runtime_lib(S390X, Lib::Static);
+    let mut cmd = std::process::Command::new(driver);
+    cmd.args(objs);
+    if !preload {
+        cmd.arg(&lib);
+    }
+    run_ok(cmd.args(["-lpthread", "-ldl", "-o"]).arg(out));
+    out.to_path_buf()
+}
+
+/// Ways out of a function other than its return (unwind.c, as on x86_64 in tests/host.rs and
+/// on aarch64): longjmp, siglongjmp from a handler on an alternate stack, pthread_exit,
+/// cancellation, a shadow stack too small (INSTRFN_MAX_DEPTH=4: the frames beyond it are
+/// entries without exit), tail calls (`jg`, leaving the trampoline in r14 or at 8(%r15) for
+/// the callee), backtrace() (glibc's, through the wrapped entry point: the walk sees the real
+/// callers, and the frames return traced), and signal handlers in the middle of the thread's
+/// own calls. Every entry gets its exit or is closed as unwound, with the exact counts of the
+/// x86_64 test, and the program prints what it prints without instrfn; for mcount and fentry
+/// code, preloaded and linked statically. (print_backtrace is static and not `noinline`; gcc
+/// keeps it a call here, as on aarch64, so it has its exit too.)
+#[test]
+fn s390x_trace_survives_longjmp_unwinding_and_tail_calls() {
+    let cases: [UnwindCase; 7] = [
+        (
+            &["longjmp", "5", "6"],
+            &[
+                ("entry", "dive", 35),
+                ("unwound", "dive", 35),
+                ("exit", "after", 5),
+            ],
+            &[],
+        ),
+        (
+            &["siglongjmp", "5", "6"],
+            &[
+                ("entry", "dive", 35),
+                ("unwound", "dive", 35),
+                ("unwound", "on_signal", 5),
+                ("exit", "after", 5),
+            ],
+            &[],
+        ),
+        (
+            &["exit", "3", "4"],
+            &[
+                ("entry", "dive", 15),
+                ("unwound", "dive", 15),
+                ("unwound", "thread_dive", 3),
+            ],
+            &[],
+        ),
+        (
+            &["cancel", "3", "4"],
+            &[
+                ("entry", "dive", 15),
+                ("unwound", "dive", 15),
+                ("unwound", "thread_dive", 3),
+            ],
+            &[],
+        ),
+        (
+            &["recurse", "2", "10"],
+            &[
+                ("entry", "dive", 6),
+                ("exit", "dive", 6),
+                ("entry-no-exit", "dive", 16),
+            ],
+            &[("INSTRFN_MAX_DEPTH", "4")],
+        ),
+        (
+            &["tailcall", "7"],
+            &[("exit", "tail_f", 7), ("exit", "tail_g", 7)],
+            &[],
+        ),
+        (
+            &["backtrace", "1", "5"],
+            &[("exit", "dive", 6), ("exit", "print_backtrace", 1)],
+            &[],
+        ),
+    ];
+    for flags in HIJACKED {
+        let name = format!("s390x-trace-unwind-c{}", flags.join(""));
+        let dir = workdir(&name);
+        let mut cflags = flags.to_vec();
+        cflags.push("-rdynamic");
+        let obj = compile(&dir, "c/unwind.c", &cflags, "unwind.o");
+        for preload in [true, false] {
+            let how = if preload { "preloaded" } else { "linked" };
+            let exe = link_with(
+                S390X.cc,
+                &[obj.as_os_str(), OsStr::new("-rdynamic")],
+                preload,
+                &dir.join(format!("unwind-{how}")),
+            );
+            let trace = dir.join(format!("trace-{how}"));
+            for (args, expected, env) in cases {
+                let context = format!("{name} {how}: {}", args.join(" "));
+                let plain = run_exe(S390X, &exe, args, &[], &dir);
+                let out = run_traced(&exe, args, preload, env, &dir, &trace);
+                assert_eq!(
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&plain.stdout),
+                    "{context}: the program's output"
+                );
+                let procs = instrfn_dump(&trace);
+                let counts = assert_balanced(&procs[0], &context);
+                for (kind, function, n) in expected {
+                    assert_eq!(
+                        count_of(&counts, kind, function),
+                        *n,
+                        "{context}: {kind} {function}\n{counts:?}"
+                    );
+                }
+            }
+            // Signal handlers run instrumented code in the middle of the thread's own calls.
+            let context = format!("{name} {how}: signal");
+            run_traced(&exe, &["signal", "300000"], preload, &[], &dir, &trace);
+            let handled = assert_balanced(&instrfn_dump(&trace)[0], &context);
+            assert!(
+                count_of(&handled, "exit", "handled") > 10,
+                "{context}: {handled:?}"
+            );
+            assert_eq!(
+                count_of(&handled, "exit", "work"),
+                300_000,
+                "{context}: {handled:?}"
+            );
+        }
+    }
+}
+
+/// C++ exceptions through -pg frames (throw.cpp, as on x86_64 and aarch64), built with the
+/// cross g++ for mcount and fentry code: thrown through destructors (cleanup pads,
+/// _Unwind_Resume), caught, rethrown (_Unwind_Resume_or_Rethrow). The unwinder reads each
+/// frame's return address from r14's save slot, where src/trace.rs put the original back
+/// first; `__cxa_begin_catch` closes the thrown-through frames as unwound, the catching ones
+/// are traced returning. The same output; preloaded and linked statically.
+#[test]
+fn s390x_trace_survives_cpp_exceptions() {
+    let gxx = "s390x-linux-gnu-g++";
+    require_tool(gxx);
+    for flags in HIJACKED {
+        let name = format!("s390x-trace-cpp{}", flags.join(""));
+        let dir = workdir(&name);
+        let obj = dir.join("throw.o");
+        run_ok(
+            std::process::Command::new(gxx)
+                .args(["-O2", "-march=z13", "-c"])
+                .args(flags)
+                .arg(fixture("c/throw.cpp"))
+                .arg("-o")
+                .arg(&obj),
+        );
+        for preload in [true, false] {
+            let how = if preload { "preloaded" } else { "linked" };
+            let context = format!("{name} {how}");
+            let exe = link_with(
+                gxx,
+                &[obj.as_os_str()],
+                preload,
+                &dir.join(format!("throw-{how}")),
+            );
+            let args = ["4", "6"];
+            let plain = run_exe(S390X, &exe, &args, &[], &dir);
+            assert_eq!(String::from_utf8_lossy(&plain.stdout), "caught 8\n");
+            let trace = dir.join(format!("trace-{how}"));
+            let out = run_traced(&exe, &args, preload, &[], &dir, &trace);
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                "caught 8\n",
+                "{context}"
+            );
+            let counts = assert_balanced(&instrfn_dump(&trace)[0], &context);
+            // thrower(6) is 7 frames, thrower(1) 2, per round
+            for (kind, function, n) in [
+                ("entry", "_Z7throwerm", 4 * 9),
+                ("unwound", "_Z7throwerm", 4 * 9),
+                ("exit", "_Z7catcherm", 4),
+                ("exit", "_Z5afterv", 4),
+                ("exit", "main", 1),
+            ] {
+                assert_eq!(
+                    count_of(&counts, kind, function),
+                    n,
+                    "{context}: {kind} {function}\n{counts:?}"
+                );
+            }
+        }
+    }
+}
+
+/// INSTRFN_EXITS=off (mode 2 of the fast path): no return address is replaced, for mcount
+/// and fentry code; every call is an entry without exit, in the order of the golden sequence,
+/// and the program's output is unchanged. A thread's first entry finds no chunk and takes the
+/// slow path, which records it the same way; with 4 KiB chunks and 100 rounds each worker
+/// thread also fills several chunks.
+#[test]
+fn s390x_trace_exits_off_records_entries_only() {
+    for flags in HIJACKED {
+        let name = format!("s390x-trace-exits-off{}", flags.join(""));
+        let dir = workdir(&name);
+        let obj = compile(&dir, "c/calltree.c", flags, "calltree.o");
+        for preload in [true, false] {
+            let how = if preload { "preloaded" } else { "linked" };
+            let exe = link_with(
+                S390X.cc,
+                &[obj.as_os_str()],
+                preload,
+                &dir.join(format!("calltree-{how}")),
+            );
+            for (k, chunk) in [(K, "1048576"), (100, "4096")] {
+                let context = format!("{name} {how} K={k} INSTRFN_BUFSIZE={chunk}");
+                let trace = dir.join(format!("trace-{how}"));
+                let args = [T.to_string(), k.to_string()];
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                let out = run_traced(
+                    &exe,
+                    &args,
+                    preload,
+                    &[("INSTRFN_EXITS", "off"), ("INSTRFN_BUFSIZE", chunk)],
+                    &dir,
+                    &trace,
+                );
+                assert_eq!(
+                    String::from_utf8_lossy(&out.stdout).trim(),
+                    format!("calltree {T} {k}"),
+                    "{context}"
+                );
+                let procs = instrfn_dump(&trace);
+                assert_eq!(procs.len(), 1, "{context}");
+                assert_eq!(procs[0].lost, 0, "{context}");
+                assert_calltree_entries_only(&procs[0], T, k, &context);
+            }
+        }
+        // The entries are recorded on the fast path: the slow path blocks every signal
+        // (rt_sigprocmask twice), which qemu's -strace shows; 4 threads of 100 rounds make
+        // 2004 calls, of which only each thread's first and those that take a new chunk
+        // (a few per thread) may go slow.
+        let exe = dir.join("calltree-linked");
+        let trace = dir.join("trace-strace");
+        let out = run_ok(
+            std::process::Command::new("qemu-s390x")
+                .args(["-strace", "-L", S390X.sysroot.unwrap()])
+                .args(["-E", "INSTRFN_MODE=trace", "-E", "INSTRFN_EXITS=off"])
+                .args(["-E", "INSTRFN_BUFSIZE=4096", "-E"])
+                .arg(format!("INSTRFN_OUTPUT={}", trace.display()))
+                .arg(&exe)
+                .args([T.to_string(), "100".to_string()])
+                .current_dir(&dir),
+        );
+        let masks = String::from_utf8_lossy(&out.stderr)
+            .matches("rt_sigprocmask(")
+            .count();
+        assert!(
+            masks < 200,
+            "{name}: {masks} rt_sigprocmask calls for 2004 traced calls: the slow path"
+        );
+        assert_calltree_entries_only(&instrfn_dump(&trace)[0], T, 100, &name);
+    }
 }

@@ -109,10 +109,6 @@ pub fn exit_trampoline() -> usize {
     instrfn_s390x_exit as *const () as usize
 }
 
-/// Whether trace mode may replace the return address `ret` with the exit trampoline (else the
-/// call is recorded as an entry without exit). Any address can be replaced (the slot is a
-/// doubleword of the frame's save area, or r14) but 0: what the slow path shows for mcount
-/// code that keeps no return address at 8(%r15) (clang 14, see asm/s390x.s).
 /// After dlclose unloaded the code in [lo, hi): decisions cached per call site there are
 /// dropped (this architecture caches none).
 pub fn forget_sites(_lo: usize, _hi: usize) {}
@@ -121,6 +117,12 @@ pub fn forget_sites(_lo: usize, _hi: usize) {}
 /// INSTRFN_MIN_DURATION (not on this architecture yet).
 pub const MIN_DURATION_SUPPORTED: bool = false;
 
+/// Whether trace mode may replace the return address `ret` with the exit trampoline (else the
+/// call is recorded as an entry without exit). Any address can be replaced (the slot is a
+/// doubleword of the frame's save area, or r14) but 0: what the slow path shows for mcount
+/// code that keeps no return address at 8(%r15) (clang 14, see asm/s390x.s), and for mcount
+/// code in mode 2 (INSTRFN_EXITS=off) when it finds no room in its chunk.
 pub fn replaceable(ret: usize) -> bool {
     ret != 0
 }
+
