@@ -36,6 +36,8 @@ static READY: [AtomicUsize; POOL] = [const { AtomicUsize::new(0) }; POOL];
 /// File offset of each ready chunk (written before the chunk is published).
 static READY_OFFSET: [AtomicU64; POOL] = [const { AtomicU64::new(0) }; POOL];
 static RETIRE: [AtomicUsize; RETIRED] = [const { AtomicUsize::new(0) }; RETIRED];
+/// Where the events of each retired chunk end (written before the chunk is published).
+static RETIRE_END: [AtomicUsize; RETIRED] = [const { AtomicUsize::new(0) }; RETIRED];
 /// Bumped by every thread that took a chunk or retired one; the collector waits on it.
 static WAKE: AtomicU32 = AtomicU32::new(0);
 /// INSTRFN_COLLECTOR.
@@ -437,15 +439,9 @@ extern "C" fn collector_main(_: usize) -> ! {
         tv_sec: 1,
         tv_nsec: 0,
     };
-    let chunk = crate::trace::chunk_bytes();
     loop {
         let seen = WAKE.load(Ordering::Acquire);
-        for r in &RETIRE {
-            let base = r.swap(0, Ordering::Acquire);
-            if base != 0 {
-                unmap(base, chunk);
-            }
-        }
+        unmap_retired();
         if !STOP.load(Ordering::SeqCst) && crate::trace::active() {
             // As many ready as the threads' appetite asks for: none before the first chunk is
             // taken (a process that writes a few events keeps one chunk), then up to POOL.
@@ -511,19 +507,43 @@ pub fn prepared_by_thread() {
     TAKEN.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Hands a chunk nobody writes any more to the collector to unmap (or unmaps it now when the
-/// collector is not there or has a backlog).
-pub fn retire(base: usize) {
+/// Hands a chunk the thread left (its events end at `end`) to the collector, which unmaps it
+/// once every event reserved in it is written: code that a signal handler interrupted between
+/// reserving an event and writing it writes it after the handler returns, even if the handler
+/// made its thread take the next chunks meanwhile. Without the collector (or with a backlog)
+/// the thread checks now; a chunk that still has an event on its way stays mapped for good (a
+/// mapping leaked, never a fault).
+pub fn retire(base: usize, end: usize) {
     if TID.load(Ordering::Relaxed) != 0 {
-        for r in &RETIRE {
-            if r.compare_exchange(0, base, Ordering::Release, Ordering::Relaxed)
-                .is_ok()
-            {
-                return;
+        for (r, e) in RETIRE.iter().zip(&RETIRE_END) {
+            if r.load(Ordering::Relaxed) == 0 {
+                e.store(end, Ordering::Relaxed);
+                if r.compare_exchange(0, base, Ordering::Release, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return;
+                }
             }
         }
     }
-    unmap(base, crate::trace::chunk_bytes());
+    if crate::trace::all_written(base, end) {
+        unmap(base, crate::trace::chunk_bytes());
+    }
+}
+
+/// Unmaps the retired chunks whose events are all written.
+fn unmap_retired() {
+    let chunk = crate::trace::chunk_bytes();
+    for (r, e) in RETIRE.iter().zip(&RETIRE_END) {
+        let base = r.load(Ordering::Acquire);
+        if base != 0
+            && crate::trace::all_written(base, e.load(Ordering::Relaxed))
+            && r.compare_exchange(base, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            unmap(base, chunk);
+        }
+    }
 }
 
 fn wake() {

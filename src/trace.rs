@@ -109,8 +109,10 @@ pub struct BlockTrace {
     chunk: AtomicUsize,
     /// The chunk filled before it, still mapped: a fast path that a signal handler
     /// interrupted between reserving its event and writing it may still write there (the
-    /// handler's events then took the next chunk). It is unmapped at the next switch.
+    /// handler's events then took the next chunk). At the next switch it goes to the collector,
+    /// which unmaps it once all its events are written; `prev_end` is where they end.
     prev: AtomicUsize,
+    prev_end: AtomicUsize,
     /// The next sequence number of this slot's chunks.
     seq: AtomicU64,
     /// Events lost on this slot in total (for the meta file).
@@ -127,6 +129,7 @@ impl BlockTrace {
         BlockTrace {
             chunk: AtomicUsize::new(0),
             prev: AtomicUsize::new(0),
+            prev_end: AtomicUsize::new(0),
             seq: AtomicU64::new(0),
             lost: AtomicU64::new(0),
             shadow: AtomicUsize::new(0),
@@ -662,7 +665,7 @@ pub fn thread_ended(tls: &mut Tls, block: &ThreadBlock) {
     // (this thread is gone, so no event of it can still be on its way there).
     let prev = block.trace.prev.swap(0, Ordering::Relaxed);
     if prev != 0 {
-        crate::collector::retire(prev);
+        crate::collector::retire(prev, block.trace.prev_end.load(Ordering::Relaxed));
     }
     block.trace.pos.store(tls.trace_pos, Ordering::Relaxed);
     block.trace.end.store(tls.trace_end, Ordering::Relaxed);
@@ -780,6 +783,15 @@ pub(crate) fn new_chunk() -> Option<(usize, u64)> {
     Some((base, offset))
 }
 
+/// Whether every event reserved in the chunk at `base`, up to `end`, has been written (its tag
+/// word, stored last, is set).
+pub(crate) fn all_written(base: usize, end: usize) -> bool {
+    (base + CHUNK_HEADER..end)
+        .step_by(EV_BYTES)
+        // SAFETY: inside a chunk mapping that is still mapped (it is being retired).
+        .all(|at| unsafe { ((at + 8) as *const u64).read_volatile() } != 0)
+}
+
 /// Frees the blocks of an unused chunk (one the collector prepared and nobody took).
 pub(crate) fn punch(offset: u64, size: usize) {
     let fd = SESSION.events_fd.load(Ordering::Acquire);
@@ -829,9 +841,11 @@ fn refill(tls: &mut Tls, block: &ThreadBlock) -> bool {
     let t = &block.trace;
     let old = t.chunk.swap(base, Ordering::Relaxed);
     if old != 0 {
+        let old_end = tls.trace_pos.clamp(old + CHUNK_HEADER, old + size);
         let older = t.prev.swap(old, Ordering::Relaxed);
+        let older_end = t.prev_end.swap(old_end, Ordering::Relaxed);
         if older != 0 {
-            crate::collector::retire(older);
+            crate::collector::retire(older, older_end);
         }
     }
     let seq = t.seq.fetch_add(1, Ordering::Relaxed);

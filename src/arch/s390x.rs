@@ -125,4 +125,3 @@ pub const MIN_DURATION_SUPPORTED: bool = false;
 pub fn replaceable(ret: usize) -> bool {
     ret != 0
 }
-
