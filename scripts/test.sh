@@ -20,6 +20,7 @@ packages=(
     clang                                         # clang -pg fixtures (call-graph tests)
     gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu
     gcc-riscv64-linux-gnu libc6-dev-riscv64-cross binutils-riscv64-linux-gnu
+    g++-riscv64-linux-gnu                         # C++ exceptions under trace mode (riscv64)
     gcc-s390x-linux-gnu libc6-dev-s390x-cross binutils-s390x-linux-gnu
 )
 missing=()
@@ -34,7 +35,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 for tool in gcc gprof musl-gcc clang qemu-aarch64 qemu-riscv64 qemu-s390x /usr/bin/time \
             aarch64-linux-gnu-gcc aarch64-linux-gnu-gprof riscv64-linux-gnu-gcc \
-            riscv64-linux-gnu-gprof s390x-linux-gnu-gcc s390x-linux-gnu-gprof; do
+            riscv64-linux-gnu-gprof riscv64-linux-gnu-g++ s390x-linux-gnu-gcc s390x-linux-gnu-gprof; do
     command -v "$tool" >/dev/null || die "$tool is still missing after installing packages"
 done
 

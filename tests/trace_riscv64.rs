@@ -575,3 +575,194 @@ fn riscv64_trace_exits_off_records_entries_only() {
         assert_eq!(workers, T, "{context}");
     }
 }
+
+/// One run of unwind.c: its arguments, the (kind, function, events) expected, extra environment.
+type UnwindCase = (
+    &'static [&'static str],
+    &'static [(&'static str, &'static str, u64)],
+    &'static [(&'static str, &'static str)],
+);
+
+/// Ways out of a function other than its return (unwind.c, as on x86_64 in tests/host.rs and
+/// on aarch64): longjmp, siglongjmp from a handler on an alternate stack, pthread_exit,
+/// cancellation (both through the wrapped _Unwind_ForcedUnwind), a shadow stack too small,
+/// tail calls, backtrace(), and signal handlers in the middle of the thread's own calls. Every
+/// entry gets its exit or is closed as unwound, and the program prints what it prints without
+/// instrfn; preloaded and linked statically.
+#[test]
+fn riscv64_trace_survives_longjmp_unwinding_and_tail_calls() {
+    let dir = workdir("riscv64-trace-unwind");
+    let obj = dir.join("unwind.o");
+    compile(Cc::Gcc, "unwind.c", &["-pg", "-rdynamic"], &obj);
+    let cases: [UnwindCase; 7] = [
+        (
+            &["longjmp", "5", "6"],
+            &[
+                ("entry", "dive", 35),
+                ("unwound", "dive", 35),
+                ("exit", "after", 5),
+            ],
+            &[],
+        ),
+        (
+            &["siglongjmp", "5", "6"],
+            &[
+                ("entry", "dive", 35),
+                ("unwound", "dive", 35),
+                ("unwound", "on_signal", 5),
+                ("exit", "after", 5),
+            ],
+            &[],
+        ),
+        (
+            &["exit", "3", "4"],
+            &[
+                ("entry", "dive", 15),
+                ("unwound", "dive", 15),
+                ("unwound", "thread_dive", 3),
+            ],
+            &[],
+        ),
+        (
+            &["cancel", "3", "4"],
+            &[
+                ("entry", "dive", 15),
+                ("unwound", "dive", 15),
+                ("unwound", "thread_dive", 3),
+            ],
+            &[],
+        ),
+        (
+            &["recurse", "2", "10"],
+            &[
+                ("entry", "dive", 6),
+                ("exit", "dive", 6),
+                ("entry-no-exit", "dive", 16),
+            ],
+            &[("INSTRFN_MAX_DEPTH", "4")],
+        ),
+        // The one difference from x86_64 and aarch64: tail_g, tail-called by tail_f, runs in
+        // tail_f's frame with the exit trampoline already in its return slot (the same CFA - 8),
+        // so it is an entry without exit and its return is tail_f's exit (riscv64's documented
+        // entry-only case, src/arch/riscv64.rs `instrfn_riscv64_trace_path`).
+        (
+            &["tailcall", "7"],
+            &[
+                ("entry", "tail_f", 7),
+                ("exit", "tail_f", 7),
+                ("entry-no-exit", "tail_g", 7),
+                ("exit", "tail_g", 0),
+            ],
+            &[],
+        ),
+        (
+            &["backtrace", "1", "5"],
+            &[("exit", "dive", 6), ("exit", "print_backtrace", 1)],
+            &[],
+        ),
+    ];
+    let lib = runtime_lib(ARCH, Lib::Static);
+    for kind in [Link::Preload, Link::Static] {
+        let mut args: Vec<&OsStr> = vec![obj.as_os_str(), OsStr::new("-rdynamic")];
+        if kind == Link::Static {
+            args.push(lib.as_os_str());
+        }
+        args.extend([OsStr::new("-lpthread"), OsStr::new("-ldl")]);
+        let exe = cc(ARCH, &args, &dir.join(format!("unwind-{kind:?}")));
+        for (args, expected, env) in cases {
+            let context = format!("{} {kind:?}", args.join(" "));
+            let plain = run_exe(ARCH, &exe, args, &[], &dir);
+            let (out, tdir) = run_traced(&exe, args, kind, env, &dir, "trace");
+            assert!(
+                out.status.success(),
+                "{context}: {}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&plain.stdout),
+                "{context}: the program's output"
+            );
+            let p = one_process(&tdir, &context);
+            let counts = assert_balanced(&p, &context);
+            for (what, name, n) in expected {
+                assert_eq!(
+                    count_of(&counts, what, name),
+                    *n,
+                    "{context}: {what} {name}\n{counts:?}"
+                );
+            }
+        }
+        let context = format!("signal {kind:?}");
+        let (out, tdir) = run_traced(&exe, &["signal", "300000"], kind, &[], &dir, "trace");
+        assert!(out.status.success(), "{context}: {}", out.status);
+        let handled = assert_balanced(&one_process(&tdir, &context), &context);
+        // on_alarm tail-calls handled (gcc -O2): as with tail_g above, handled is an entry
+        // without exit and its return is on_alarm's exit.
+        let n = count_of(&handled, "entry-no-exit", "handled");
+        assert!(n > 10, "{context}: {handled:?}");
+        assert_eq!(count_of(&handled, "exit", "on_alarm"), n, "{context}");
+        assert_eq!(count_of(&handled, "exit", "handled"), 0, "{context}");
+        assert_eq!(count_of(&handled, "exit", "work"), 300_000, "{context}");
+    }
+}
+
+/// C++ exceptions through -pg frames (throw.cpp, as on x86_64 and aarch64): thrown through
+/// destructors (cleanup pads, _Unwind_Resume), caught, rethrown. The same output; every frame
+/// closed, the thrown-through ones as unwound, the catching ones returning. Preloaded and
+/// static.
+#[test]
+fn riscv64_trace_survives_cpp_exceptions() {
+    let gxx = "riscv64-linux-gnu-g++";
+    require_tool(gxx);
+    let dir = workdir("riscv64-trace-cpp");
+    let obj = dir.join("throw.o");
+    let src = fixture("c/throw.cpp");
+    run_ok(
+        std::process::Command::new(gxx)
+            .args(["-O2", "-pg", "-c"])
+            .arg(&src)
+            .arg("-o")
+            .arg(&obj),
+    );
+    let lib = runtime_lib(ARCH, Lib::Static);
+    for kind in [Link::Preload, Link::Static] {
+        let exe = dir.join(format!("throw-{kind:?}"));
+        let mut cmd = std::process::Command::new(gxx);
+        cmd.arg(&obj);
+        if kind == Link::Static {
+            cmd.arg(&lib);
+        }
+        run_ok(cmd.args(["-lpthread", "-ldl", "-o"]).arg(&exe));
+        let args = ["4", "6"];
+        let plain = run_exe(ARCH, &exe, &args, &[], &dir);
+        assert_eq!(String::from_utf8_lossy(&plain.stdout), "caught 8\n");
+        let context = format!("c++ {kind:?}");
+        let (out, tdir) = run_traced(&exe, &args, kind, &[], &dir, "trace");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "caught 8\n",
+            "{context}: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let counts = assert_balanced(&one_process(&tdir, &context), &context);
+        // thrower(6) is 7 frames, thrower(1) 2, per round
+        assert_eq!(
+            count_of(&counts, "unwound", "_Z7throwerm"),
+            4 * 9,
+            "{context}: {counts:?}"
+        );
+        assert_eq!(
+            count_of(&counts, "exit", "_Z7catcherm"),
+            4,
+            "{context}: {counts:?}"
+        );
+        assert_eq!(
+            count_of(&counts, "exit", "main"),
+            1,
+            "{context}: {counts:?}"
+        );
+    }
+}
