@@ -106,8 +106,10 @@ pub struct BlockTrace {
     chunk: AtomicUsize,
     /// The chunk filled before it, still mapped: a fast path that a signal handler
     /// interrupted between reserving its event and writing it may still write there (the
-    /// handler's events then took the next chunk). It is unmapped at the next switch.
+    /// handler's events then took the next chunk). It is unmapped at the next switch, if
+    /// every event reserved in it (up to `prev_end`) is written by then.
     prev: AtomicUsize,
+    prev_end: AtomicUsize,
     /// The next sequence number of this slot's chunks.
     seq: AtomicU64,
     /// Events lost on this slot in total (for the meta file).
@@ -124,6 +126,7 @@ impl BlockTrace {
         BlockTrace {
             chunk: AtomicUsize::new(0),
             prev: AtomicUsize::new(0),
+            prev_end: AtomicUsize::new(0),
             seq: AtomicU64::new(0),
             lost: AtomicU64::new(0),
             shadow: AtomicUsize::new(0),
@@ -755,8 +758,14 @@ fn refill(tls: &mut Tls, block: &ThreadBlock) -> bool {
     let t = &block.trace;
     let old = t.chunk.swap(base, Ordering::Relaxed);
     if old != 0 {
+        let old_end = tls.trace_pos.clamp(old + CHUNK_HEADER, old + size);
         let older = t.prev.swap(old, Ordering::Relaxed);
-        if older != 0 {
+        let older_end = t.prev_end.swap(old_end, Ordering::Relaxed);
+        // Handlers that run one after the other (a signal pending when one returns is taken
+        // at once) may take two chunks while the fast path they interrupted holds a reserved,
+        // unwritten event in `older`: it writes it when they return, so such a chunk stays
+        // mapped for good (a leak, never a fault).
+        if older != 0 && all_written(older, older_end) {
             crate::collector::retire(older);
         }
     }
@@ -774,6 +783,14 @@ fn refill(tls: &mut Tls, block: &ThreadBlock) -> bool {
     tls.trace_end = base + size;
     tls.trace_pos = base + CHUNK_HEADER;
     true
+}
+
+/// Whether every event of the chunk at `base`, up to `end`, has its tag word (written last).
+fn all_written(base: usize, end: usize) -> bool {
+    (base + CHUNK_HEADER..end).step_by(EV_BYTES).all(|at| {
+        // SAFETY: inside a chunk this thread has mapped (and not retired).
+        unsafe { ((at + 8) as *const u64).read_volatile() != 0 }
+    })
 }
 
 /// Writes one event from Rust (the slow path), taking a chunk if needed; counts it as lost
@@ -1223,6 +1240,7 @@ pub fn after_fork(dir: &[u8]) {
         // The parent's chunk mappings are shared with the parent: never write them here.
         block.trace.chunk.store(0, Ordering::Relaxed);
         block.trace.prev.store(0, Ordering::Relaxed);
+        block.trace.prev_end.store(0, Ordering::Relaxed);
         block.trace.seq.store(0, Ordering::Relaxed);
         block.trace.pos.store(0, Ordering::Relaxed);
         block.trace.end.store(0, Ordering::Relaxed);
