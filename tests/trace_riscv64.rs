@@ -1,6 +1,8 @@
 //! riscv64 trace mode (INSTRFN_MODE=trace) under qemu-user: golden call trees for every
 //! compiler and entry kind of the architecture, the shapes whose exits are not traced the usual
-//! way, and the exit trampoline's register harness (fast and slow exits, and a negative case).
+//! way, the exit trampoline's register harness (fast and slow exits, and a negative case), the
+//! ways out of a function other than its return (longjmp, pthread_exit/cancel, backtrace(),
+//! C++ exceptions), and signal handlers interrupting the trampolines anywhere.
 //!
 //! Which code gets exits (asm/riscv64.s, src/arch/riscv64.rs `prologue`): every function whose
 //! prologue saves ra at CFA - 8, decoded from its entry to its counting call: gcc -pg at any -O
@@ -764,5 +766,74 @@ fn riscv64_trace_survives_cpp_exceptions() {
             1,
             "{context}: {counts:?}"
         );
+    }
+}
+
+/// Signal handlers that trace between any two instructions of the trampolines (tracesig.c, as
+/// on x86_64 and s390x; qemu in single-step mode delivers a signal after any instruction, and
+/// the sender signals again as soon as a handler ran, so handlers often run back to back at
+/// one point): each handler makes about 200 events, so with 4 KiB chunks (252 events) it
+/// usually takes the next chunk while the code it interrupted holds a reserved event in the
+/// one before, or the two before. Every run: a nested trace with every exit, the exact counts,
+/// nothing lost, exit status 0. Before events were reserved against the room just checked, a
+/// handler that took the next chunk between the reservation and the check left the event
+/// unwritten (a hole, where the reader stops reading the chunk: entries missing); before a
+/// chunk with an unwritten event stayed mapped, two chunk switches in that window made the
+/// interrupted write fault (SIGSEGV).
+#[test]
+fn riscv64_trace_signal_handlers_interrupt_trampolines_anywhere() {
+    for (cc, flags) in [
+        (Cc::Gcc, &["-pg"][..]),
+        (Cc::Gcc, &["-pg", "-fno-omit-frame-pointer"][..]),
+        (Cc::Clang, &["-pg"][..]),
+        (Cc::Gcc, &["-finstrument-functions"][..]),
+    ] {
+        let name = format!("riscv64-trace-tracesig-{cc:?}{}", flags.join(""));
+        let dir = workdir(&name);
+        let obj = dir.join("tracesig.o");
+        compile(cc, "tracesig.c", flags, &obj);
+        let exe = link(&obj, &dir, "tracesig", Link::Static);
+        for round in 0..3 {
+            let context = format!("{name} round {round}");
+            let tdir = dir.join("trace");
+            let _ = std::fs::remove_dir_all(&tdir);
+            let t = tdir.display().to_string();
+            let env = [
+                ("INSTRFN_MODE", "trace"),
+                ("INSTRFN_OUTPUT", t.as_str()),
+                ("INSTRFN_BUFSIZE", "4096"),
+            ];
+            let mut cmd = command(ARCH, &exe, &["3000"], &env, &dir);
+            cmd.env("QEMU_SINGLESTEP", "1");
+            let out = run_within(&mut cmd, 300);
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(
+                out.status.success(),
+                "{context}: {}\n{stdout}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let words: Vec<&str> = stdout.split_whitespace().collect();
+            let (handled, calls): (u64, u64) = match words[..] {
+                ["handled", h, "calls", c] => (h.parse().unwrap(), c.parse().unwrap()),
+                _ => panic!("{context}: {stdout}"),
+            };
+            assert!(handled > 0, "{context}: no signal was handled");
+            let p = one_process(&tdir, &context);
+            assert_eq!(p.lost, 0, "{context}");
+            for (tid, events) in &p.threads {
+                assert_nested(events, &format!("{context} thread {tid}"));
+            }
+            let counts = assert_balanced(&p, &context);
+            for (f, n) in [
+                ("work", calls),
+                ("on_signal", handled),
+                ("handler_fn", handled),
+                ("leaf", 2 * calls + 100 * handled),
+            ] {
+                assert_eq!(count_of(&counts, "entry", f), n, "{context}: {f}");
+                assert_eq!(count_of(&counts, "exit", f), n, "{context}: {f}");
+            }
+        }
     }
 }
