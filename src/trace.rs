@@ -1121,7 +1121,9 @@ extern "C" fn unwind_looked() {
     }
     tls.unwound = 0;
     let trampoline = arch::exit_trampoline();
-    for e in shadow_entries(tls) {
+    // An entry being pushed (slot 0) by the code a signal handler's backtrace interrupted is
+    // left to that code, as in restore_return_addresses.
+    for e in shadow_entries(tls).iter().filter(|e| !in_progress(e)) {
         // SAFETY: a live frame's return slot, holding its original address right now.
         unsafe {
             if *e.slot == e.ret {
