@@ -774,12 +774,18 @@ fn riscv64_trace_survives_cpp_exceptions() {
 /// the sender signals again as soon as a handler ran, so handlers often run back to back at
 /// one point): each handler makes about 200 events, so with 4 KiB chunks (252 events) it
 /// usually takes the next chunk while the code it interrupted holds a reserved event in the
-/// one before, or the two before. Every run: a nested trace with every exit, the exact counts,
+/// one before, or the two before. The last round of each build has every handler walk the
+/// stack with backtrace() first, through the frame it interrupted (which may be pushing or
+/// popping a shadow entry). Every run: a nested trace with every exit, the exact counts,
 /// nothing lost, exit status 0. Before events were reserved against the room just checked, a
 /// handler that took the next chunk between the reservation and the check left the event
 /// unwritten (a hole, where the reader stops reading the chunk: entries missing); before a
 /// chunk with an unwritten event stayed mapped, two chunk switches in that window made the
-/// interrupted write fault (SIGSEGV).
+/// interrupted write fault (SIGSEGV); before shadow slots were written last (0 while being
+/// pushed), backtrace()'s wrapper put the trampoline into the slot of a half-pushed entry that
+/// still held a stale original (the previous call's, often the same), which then went into the
+/// entry: "trace mode lost track of a return address; aborting"; and before the wrapper's
+/// second half skipped entries being pushed, it read through their slot 0 (SIGSEGV).
 #[test]
 fn riscv64_trace_signal_handlers_interrupt_trampolines_anywhere() {
     for (cc, flags) in [
@@ -794,7 +800,11 @@ fn riscv64_trace_signal_handlers_interrupt_trampolines_anywhere() {
         compile(cc, "tracesig.c", flags, &obj);
         let exe = link(&obj, &dir, "tracesig", Link::Static);
         for round in 0..3 {
-            let context = format!("{name} round {round}");
+            let walk = round == 2;
+            let context = format!(
+                "{name} round {round}{}",
+                if walk { " backtrace" } else { "" }
+            );
             let tdir = dir.join("trace");
             let _ = std::fs::remove_dir_all(&tdir);
             let t = tdir.display().to_string();
@@ -803,7 +813,12 @@ fn riscv64_trace_signal_handlers_interrupt_trampolines_anywhere() {
                 ("INSTRFN_OUTPUT", t.as_str()),
                 ("INSTRFN_BUFSIZE", "4096"),
             ];
-            let mut cmd = command(ARCH, &exe, &["3000"], &env, &dir);
+            let args: &[&str] = if walk {
+                &["3000", "backtrace"]
+            } else {
+                &["3000"]
+            };
+            let mut cmd = command(ARCH, &exe, args, &env, &dir);
             cmd.env("QEMU_SINGLESTEP", "1");
             let out = run_within(&mut cmd, 300);
             let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
