@@ -202,25 +202,33 @@ instrfn_riscv64_sites:
 4:
     .endm
 
-# TRACE_EVENT kind, value, nochunk: the fast paths' event: reserve {EV_BYTES} bytes of this
-#   thread's chunk with one amoadd.d (a signal handler on this thread reserves after it, never
-#   the same bytes), then store the timestamp (rdtime) and the word (\value << {EV_SHIFT}) | \kind
-#   that marks it written. No chunk, or a full one (pos + {EV_BYTES} > end, end = 0 included):
-#   jumps to \nochunk, the bytes reserved past the end are never written (the slow path takes a
-#   new chunk and resets pos). t0 = &Tls; clobbers t1, t2, t3.
-    .macro TRACE_EVENT kind, value, nochunk
-    rdtime t2                              # the timestamp first: as close to the call as can be
-    li t1, {EV_BYTES}
-    addi t3, t0, {TLS_TRACE_POS}
-    amoadd.d t1, t1, (t3)                  # t1 = our event
+# TRACE_EVENT kind, value, nochunk, ts: the fast paths' event: take the timestamp (rdtime,
+#   into \ts), then reserve {EV_BYTES} bytes of this thread's chunk with a compare-and-swap of
+#   the position against the room just checked (lr.d/sc.d: the position loaded again must be
+#   the one checked, else a signal handler moved it, or gave the thread another chunk, and
+#   the check is made again; a handler that runs between lr.d and sc.d makes sc.d fail, as the
+#   kernel clears the reservation on every trap return). So an event is never reserved past
+#   its chunk's end, and never left unwritten (a hole, which a reader takes for the end of the
+#   chunk's data) because a handler took the next chunk while it was being reserved. Then
+#   store the timestamp and the word (\value << {EV_SHIFT}) | \kind that marks it written.
+#   No chunk, or no room (pos + {EV_BYTES} > end, end = 0 included): jumps to \nochunk with
+#   nothing reserved (the slow path takes a new chunk). t0 = &Tls; clobbers t1, t2, t3, \ts.
+    .macro TRACE_EVENT kind, value, nochunk, ts
+    rdtime \ts                             # the timestamp first: as close to the call as can be
+    addi t2, t0, {TLS_TRACE_POS}           # t2 = &trace_pos
+1:  ld t1, {TLS_TRACE_POS}(t0)
     ld t3, {TLS_TRACE_END}(t0)
-    sub t3, t3, t1
-    addi t3, t3, -{EV_BYTES}
-    bltz t3, \nochunk                      # end - event < {EV_BYTES}
-    sd t2, 0(t1)                           # timestamp, then the word that marks it written
-    slli t2, \value, {EV_SHIFT}
-    ori t2, t2, \kind
-    sd t2, 8(t1)
+    addi t1, t1, {EV_BYTES}                # t1 = pos + {EV_BYTES}: the end of our event
+    bltu t3, t1, \nochunk                  # end < pos + {EV_BYTES}: no room (or no chunk)
+    lr.d t3, (t2)
+    addi t3, t3, {EV_BYTES}
+    bne t3, t1, 1b                         # moved since the check: check again
+    sc.d t3, t1, (t2)
+    bnez t3, 1b                            # reservation lost (a trap came between): again
+    sd \ts, -{EV_BYTES}(t1)                # timestamp, then the word that marks it written
+    slli \ts, \value, {EV_SHIFT}
+    ori \ts, \ts, \kind
+    sd \ts, 8-{EV_BYTES}(t1)
     .endm
 
 # instrfn_riscv64_mcount: the fast path of mcount/_mcount, new arcs and marked sites included.
@@ -228,8 +236,8 @@ instrfn_riscv64_sites:
 #   marker says (see the header). Every register is preserved (a0 too); t0, t1, t2 are
 #   scratch, saved at 0, 8, 16(sp) below the caller's sp (CFA = sp + 64 while they are); the
 #   paths past a missed first probe also use t3 and t4, saved at 24 and 32(sp) on those paths
-#   only (and described there), trace mode t3, t4 and t5 (24, 32, 40(sp)). 48(sp) is the
-#   handover word of instrfn_riscv64_slow.
+#   only (and described there), trace mode t3, t4, t5 and t6 (24, 32, 40, 56(sp)). 48(sp) is
+#   the handover word of instrfn_riscv64_slow.
 #   Hands over to instrfn_riscv64_slow with every register as it came but sp (still 64 bytes
 #   down) and 48(sp) = the Rust function to call: instrfn_riscv64_slow_path in gmon mode,
 #   instrfn_riscv64_trace_path in trace mode.
@@ -444,7 +452,7 @@ instrfn_riscv64_mcount:
     # `mv a0, ra`), {RULE_FRAME} "s0 = slot + 8" (a frame pointer: clang, gcc
     # -fno-omit-frame-pointer). Rule 0 is an entry whose rule is not written yet, {RULE_NONE} a
     # site without a provable slot (entry only): both to the slow path.
-    # Executed (qemu -singlestep -d exec, the site in its home entry): 91+1 instructions, ret
+    # Executed (qemu -singlestep -d exec, the site in its home entry): 99+1 instructions, ret
     # included, from the call to the return into the function.
     sd t3, 24(sp)
     .cfi_offset t3, -40
@@ -452,6 +460,8 @@ instrfn_riscv64_mcount:
     .cfi_offset t4, -32
     sd t5, 40(sp)
     .cfi_offset t5, -24
+    sd t6, 56(sp)
+    .cfi_offset t6, -8
 .Ltrace_mode:
     auipc t1, %pcrel_hi(instrfn_mode)
     lbu t1, %pcrel_lo(.Ltrace_mode)(t1)
@@ -506,28 +516,30 @@ instrfn_riscv64_mcount:
     beq t1, t2, 1f
     ld t2, {SH_SLOT} - {SH_BYTES}(t1)
     bgeu t4, t2, .Ltrace_slow              # the newest entry's frame at or below ours is gone
-                                           # (longjmp): the slow path closes it
+                                           # (longjmp), or it is being pushed (slot 0): the
+                                           # slow path sorts it out
 1:  ld t2, {TLS_SHADOW_END}(t0)
     addi t3, t1, {SH_BYTES}
     bltu t2, t3, .Ltrace_slow              # full: the slow path records an entry only
-    # The entry is reserved with one amoadd.d (a signal handler that pushes its own never takes
-    # ours), and its slot stored before and right after: a handler that runs before the
-    # entry is filled sees our slot there, above its own frames, never a stale one it would
-    # take for a frame left behind by longjmp (and close, taking our entry with it).
-    sd t4, {SH_SLOT}(t1)                   # where our entry will be, unless a handler moves it
+    # The shadow entry is reserved with one amoadd.d (a signal handler that pushes its own
+    # never takes ours) and its slot written last: a free entry's slot is 0 (every pop zeroes
+    # it), and 0 tells a handler's slow path that the entry is still being pushed (alive: it
+    # is never closed, nor is its return slot touched by the unwinder wrappers, src/trace.rs
+    # `in_progress`).
     li t2, {SH_BYTES}
     addi t3, t0, {TLS_SHADOW_TOP}
-    amoadd.d t5, t2, (t3)                  # t5 = our shadow entry
-    sd t4, {SH_SLOT}(t5)
+    amoadd.d t5, t2, (t3)                  # t5 = our shadow entry (its slot is 0)
     ld t2, {TLS_SHADOW_END}(t0)
     addi t3, t5, {SH_BYTES}
     bltu t2, t3, .Ltrace_unpush            # full after all (a handler left entries meanwhile)
-    TRACE_EVENT {EV_ENTRY}, ra, .Ltrace_unpush
+    TRACE_EVENT {EV_ENTRY}, ra, .Ltrace_unpush, t6
+    sd ra, {SH_FN}(t5)
     ld t2, 0(t4)                           # the original return address
     sd t2, {SH_RET}(t5)
-    sd ra, {SH_FN}(t5)
+    sd t4, {SH_SLOT}(t5)                   # last: the entry is complete
     lla t2, instrfn_riscv64_exit
-    sd t2, 0(t4)                           # last: the function now returns to the exit trampoline
+    sd t2, 0(t4)                           # the function now returns to the exit trampoline
+    ld t6, 56(sp)
     ld t5, 40(sp)
     ld t4, 32(sp)
     ld t3, 24(sp)
@@ -535,13 +547,16 @@ instrfn_riscv64_mcount:
     .cfi_restore t3
     .cfi_restore t4
     .cfi_restore t5
+    .cfi_restore t6
     j .Lmcount_out
     .cfi_restore_state
 .Ltrace_unpush:
-    li t2, -{SH_BYTES}                     # give the shadow entry back
+    li t2, -{SH_BYTES}                     # give the shadow entry back (its slot still 0)
     addi t3, t0, {TLS_SHADOW_TOP}
     amoadd.d zero, t2, (t3)
 .Ltrace_slow:
+    ld t6, 56(sp)
+    .cfi_restore t6
     ld t5, 40(sp)
     .cfi_restore t5
     ld t4, 32(sp)
@@ -563,7 +578,7 @@ instrfn_riscv64_mcount:
 #   nothing replaced. The slow paths (src/arch/riscv64.rs): instrfn_riscv64_cyg_gmon,
 #   instrfn_riscv64_cyg_trace_\name.
 #   Executed (qemu -singlestep -d exec; +1 the exported stub's `j`): gmon mode, an arc in its
-#   home slot 47+1 (enter), 25+1 (exit); trace mode 37+1 each.
+#   home slot 47+1 (enter), 25+1 (exit); trace mode 40+1 each.
     .macro CYG name, kind
     .p2align 2
     .globl instrfn_riscv64_cyg_\name
@@ -653,7 +668,7 @@ instrfn_riscv64_cyg_\name:
     ret
     .cfi_restore_state
 .Lcyg_\name\()_trace:
-    TRACE_EVENT \kind, a0, .Lcyg_\name\()_tslow
+    TRACE_EVENT \kind, a0, .Lcyg_\name\()_tslow, t4
     j .Lcyg_\name\()_out
 .Lcyg_\name\()_tslow:
     lla t0, instrfn_riscv64_cyg_trace_\name
@@ -766,14 +781,15 @@ instrfn_riscv64_slow:
 #   result. Preserved: a0, a1, fa0, fa1, fcsr and every callee-saved register (s0-s11, fs0-fs11,
 #   sp, gp, tp). The fast part uses t0-t6 only, dead after a return (caller-saved, and no
 #   result), and never the stack; the slow part saves the results and fcsr and calls Rust,
-#   which keeps the callee-saved ones. Pops the newest shadow entry if it is the returning
-#   frame's (its slot = sp - 8), writes the exit event, and jumps to the original return
-#   address with ra = that address (as a plain return leaves it).
+#   which keeps the callee-saved ones. If the newest shadow entry is the returning frame's (its
+#   slot = sp - 8), writes the exit event, then pops the entry (slot zeroed first: free), and
+#   jumps to the original return address with ra = that address (as a plain return leaves
+#   it). Events are reserved as in TRACE_EVENT (against the room just checked).
 #   Slow part (instrfn_trace_exit_slow(&Tls, sp - 8), returning the original return address):
 #   the newest entry is another frame's (frames left behind by longjmp), an unwinder ran, or
 #   the event does not fit. Frame, 64 bytes, CFA = sp + 64: 0 a0, 8 a1, 16 fa0, 24 fa1, 32
 #   fcsr, 40 old signal mask, 48 the return address, 56 the old guard.
-#   Executed (qemu -singlestep -d exec): the fast part, 33 instructions to the original return
+#   Executed (qemu -singlestep -d exec): the fast part, 37 instructions to the original return
 #   address.
 #   The CFI marks the return address undefined: an unwinder that reaches this trampoline stops
 #   here (the unwinder entry points are wrapped to put the real return addresses back first).
@@ -805,11 +821,16 @@ instrfn_riscv64_exit:
     auipc t1, %pcrel_hi(instrfn_enabled)
     lbu t1, %pcrel_lo(.Lexit_enabled)(t1)
     beqz t1, .Lexit_pop
-    TRACE_EVENT {EV_EXIT}, t5, .Lexit_slow # (no room: nothing popped yet, the slow path does all)
+    TRACE_EVENT {EV_EXIT}, t5, .Lexit_slow, t6 # (no room: nothing popped yet, the slow path
+                                           # does all)
 .Lexit_pop:
+    # Popped after the event: until here a handler that interrupts us finds the entry intact
+    # (it pushes and pops above it).
     ld ra, {SH_RET}(t4)                    # return there
-    sd t4, {TLS_SHADOW_TOP}(t0)            # popped, after reading it (a signal handler pushes
-    ret                                    # above it until then)
+    sd zero, {SH_SLOT}(t4)                 # free entries have slot 0 (a handler that comes now
+                                           # takes it for one being pushed: alive)
+    sd t4, {TLS_SHADOW_TOP}(t0)            # popped
+    ret
 .Lexit_slow:
     addi sp, sp, -64
     .cfi_def_cfa_offset 64

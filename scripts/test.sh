@@ -14,12 +14,14 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 # -- Debian packages ------------------------------------------------------------------------
 packages=(
-    gcc libc6-dev binutils make python3 time      # host toolchain, gprof, GNU time
+    gcc g++ libc6-dev binutils make python3 time  # host toolchain (g++: C++ exception tests), gprof, GNU time
     musl-tools                                    # musl-gcc for the musl routes
     qemu-user                                     # runs the foreign-architecture tests
     clang                                         # clang -pg fixtures (call-graph tests)
     gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu
+    g++-aarch64-linux-gnu                         # C++ exceptions under trace mode (aarch64)
     gcc-riscv64-linux-gnu libc6-dev-riscv64-cross binutils-riscv64-linux-gnu
+    g++-riscv64-linux-gnu                         # C++ exceptions under trace mode (riscv64)
     gcc-s390x-linux-gnu libc6-dev-s390x-cross binutils-s390x-linux-gnu
     g++-s390x-linux-gnu                           # C++ exceptions through s390x trace frames
 )
@@ -33,9 +35,10 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" \
         || die "cannot install ${missing[*]}"
 fi
-for tool in gcc gprof musl-gcc clang qemu-aarch64 qemu-riscv64 qemu-s390x /usr/bin/time \
-            aarch64-linux-gnu-gcc aarch64-linux-gnu-gprof riscv64-linux-gnu-gcc \
-            riscv64-linux-gnu-gprof s390x-linux-gnu-gcc s390x-linux-gnu-gprof; do
+for tool in gcc g++ gprof musl-gcc clang qemu-aarch64 qemu-riscv64 qemu-s390x /usr/bin/time \
+            aarch64-linux-gnu-gcc aarch64-linux-gnu-gprof aarch64-linux-gnu-g++ \
+            riscv64-linux-gnu-gcc riscv64-linux-gnu-gprof riscv64-linux-gnu-g++ \
+            s390x-linux-gnu-gcc s390x-linux-gnu-gprof s390x-linux-gnu-g++; do
     command -v "$tool" >/dev/null || die "$tool is still missing after installing packages"
 done
 

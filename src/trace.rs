@@ -1432,6 +1432,7 @@ pub fn after_fork(dir: &[u8]) {
         // The parent's chunk mappings are shared with the parent: never write them here.
         block.trace.chunk.store(0, Ordering::Relaxed);
         block.trace.prev.store(0, Ordering::Relaxed);
+        block.trace.prev_end.store(0, Ordering::Relaxed);
         block.trace.seq.store(0, Ordering::Relaxed);
         block.trace.pos.store(0, Ordering::Relaxed);
         block.trace.end.store(0, Ordering::Relaxed);

@@ -1,6 +1,8 @@
 //! riscv64 trace mode (INSTRFN_MODE=trace) under qemu-user: golden call trees for every
 //! compiler and entry kind of the architecture, the shapes whose exits are not traced the usual
-//! way, and the exit trampoline's register harness (fast and slow exits, and a negative case).
+//! way, the exit trampoline's register harness (fast and slow exits, and a negative case), the
+//! ways out of a function other than its return (longjmp, pthread_exit/cancel, backtrace(),
+//! C++ exceptions), and signal handlers interrupting the trampolines anywhere.
 //!
 //! Which code gets exits (asm/riscv64.s, src/arch/riscv64.rs `prologue`): every function whose
 //! prologue saves ra at CFA - 8, decoded from its entry to its counting call: gcc -pg at any -O
@@ -573,5 +575,280 @@ fn riscv64_trace_exits_off_records_entries_only() {
             }
         }
         assert_eq!(workers, T, "{context}");
+    }
+}
+
+/// One run of unwind.c: its arguments, the (kind, function, events) expected, extra environment.
+type UnwindCase = (
+    &'static [&'static str],
+    &'static [(&'static str, &'static str, u64)],
+    &'static [(&'static str, &'static str)],
+);
+
+/// Ways out of a function other than its return (unwind.c, as on x86_64 in tests/host.rs and
+/// on aarch64): longjmp, siglongjmp from a handler on an alternate stack, pthread_exit,
+/// cancellation (both through the wrapped _Unwind_ForcedUnwind), a shadow stack too small,
+/// tail calls, backtrace(), and signal handlers in the middle of the thread's own calls. Every
+/// entry gets its exit or is closed as unwound, and the program prints what it prints without
+/// instrfn; preloaded and linked statically.
+#[test]
+fn riscv64_trace_survives_longjmp_unwinding_and_tail_calls() {
+    let dir = workdir("riscv64-trace-unwind");
+    let obj = dir.join("unwind.o");
+    compile(Cc::Gcc, "unwind.c", &["-pg", "-rdynamic"], &obj);
+    let cases: [UnwindCase; 7] = [
+        (
+            &["longjmp", "5", "6"],
+            &[
+                ("entry", "dive", 35),
+                ("unwound", "dive", 35),
+                ("exit", "after", 5),
+            ],
+            &[],
+        ),
+        (
+            &["siglongjmp", "5", "6"],
+            &[
+                ("entry", "dive", 35),
+                ("unwound", "dive", 35),
+                ("unwound", "on_signal", 5),
+                ("exit", "after", 5),
+            ],
+            &[],
+        ),
+        (
+            &["exit", "3", "4"],
+            &[
+                ("entry", "dive", 15),
+                ("unwound", "dive", 15),
+                ("unwound", "thread_dive", 3),
+            ],
+            &[],
+        ),
+        (
+            &["cancel", "3", "4"],
+            &[
+                ("entry", "dive", 15),
+                ("unwound", "dive", 15),
+                ("unwound", "thread_dive", 3),
+            ],
+            &[],
+        ),
+        (
+            &["recurse", "2", "10"],
+            &[
+                ("entry", "dive", 6),
+                ("exit", "dive", 6),
+                ("entry-no-exit", "dive", 16),
+            ],
+            &[("INSTRFN_MAX_DEPTH", "4")],
+        ),
+        // The one difference from x86_64 and aarch64: tail_g, tail-called by tail_f, runs in
+        // tail_f's frame with the exit trampoline already in its return slot (the same CFA - 8),
+        // so it is an entry without exit and its return is tail_f's exit (riscv64's documented
+        // entry-only case, src/arch/riscv64.rs `instrfn_riscv64_trace_path`).
+        (
+            &["tailcall", "7"],
+            &[
+                ("entry", "tail_f", 7),
+                ("exit", "tail_f", 7),
+                ("entry-no-exit", "tail_g", 7),
+                ("exit", "tail_g", 0),
+            ],
+            &[],
+        ),
+        (
+            &["backtrace", "1", "5"],
+            &[("exit", "dive", 6), ("exit", "print_backtrace", 1)],
+            &[],
+        ),
+    ];
+    let lib = runtime_lib(ARCH, Lib::Static);
+    for kind in [Link::Preload, Link::Static] {
+        let mut args: Vec<&OsStr> = vec![obj.as_os_str(), OsStr::new("-rdynamic")];
+        if kind == Link::Static {
+            args.push(lib.as_os_str());
+        }
+        args.extend([OsStr::new("-lpthread"), OsStr::new("-ldl")]);
+        let exe = cc(ARCH, &args, &dir.join(format!("unwind-{kind:?}")));
+        for (args, expected, env) in cases {
+            let context = format!("{} {kind:?}", args.join(" "));
+            let plain = run_exe(ARCH, &exe, args, &[], &dir);
+            let (out, tdir) = run_traced(&exe, args, kind, env, &dir, "trace");
+            assert!(
+                out.status.success(),
+                "{context}: {}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&plain.stdout),
+                "{context}: the program's output"
+            );
+            let p = one_process(&tdir, &context);
+            let counts = assert_balanced(&p, &context);
+            for (what, name, n) in expected {
+                assert_eq!(
+                    count_of(&counts, what, name),
+                    *n,
+                    "{context}: {what} {name}\n{counts:?}"
+                );
+            }
+        }
+        let context = format!("signal {kind:?}");
+        let (out, tdir) = run_traced(&exe, &["signal", "300000"], kind, &[], &dir, "trace");
+        assert!(out.status.success(), "{context}: {}", out.status);
+        let handled = assert_balanced(&one_process(&tdir, &context), &context);
+        // on_alarm tail-calls handled (gcc -O2): as with tail_g above, handled is an entry
+        // without exit and its return is on_alarm's exit.
+        let n = count_of(&handled, "entry-no-exit", "handled");
+        assert!(n > 10, "{context}: {handled:?}");
+        assert_eq!(count_of(&handled, "exit", "on_alarm"), n, "{context}");
+        assert_eq!(count_of(&handled, "exit", "handled"), 0, "{context}");
+        assert_eq!(count_of(&handled, "exit", "work"), 300_000, "{context}");
+    }
+}
+
+/// C++ exceptions through -pg frames (throw.cpp, as on x86_64 and aarch64): thrown through
+/// destructors (cleanup pads, _Unwind_Resume), caught, rethrown. The same output; every frame
+/// closed, the thrown-through ones as unwound, the catching ones returning. Preloaded and
+/// static.
+#[test]
+fn riscv64_trace_survives_cpp_exceptions() {
+    let gxx = "riscv64-linux-gnu-g++";
+    require_tool(gxx);
+    let dir = workdir("riscv64-trace-cpp");
+    let obj = dir.join("throw.o");
+    let src = fixture("c/throw.cpp");
+    run_ok(
+        std::process::Command::new(gxx)
+            .args(["-O2", "-pg", "-c"])
+            .arg(&src)
+            .arg("-o")
+            .arg(&obj),
+    );
+    let lib = runtime_lib(ARCH, Lib::Static);
+    for kind in [Link::Preload, Link::Static] {
+        let exe = dir.join(format!("throw-{kind:?}"));
+        let mut cmd = std::process::Command::new(gxx);
+        cmd.arg(&obj);
+        if kind == Link::Static {
+            cmd.arg(&lib);
+        }
+        run_ok(cmd.args(["-lpthread", "-ldl", "-o"]).arg(&exe));
+        let args = ["4", "6"];
+        let plain = run_exe(ARCH, &exe, &args, &[], &dir);
+        assert_eq!(String::from_utf8_lossy(&plain.stdout), "caught 8\n");
+        let context = format!("c++ {kind:?}");
+        let (out, tdir) = run_traced(&exe, &args, kind, &[], &dir, "trace");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "caught 8\n",
+            "{context}: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let counts = assert_balanced(&one_process(&tdir, &context), &context);
+        // thrower(6) is 7 frames, thrower(1) 2, per round
+        assert_eq!(
+            count_of(&counts, "unwound", "_Z7throwerm"),
+            4 * 9,
+            "{context}: {counts:?}"
+        );
+        assert_eq!(
+            count_of(&counts, "exit", "_Z7catcherm"),
+            4,
+            "{context}: {counts:?}"
+        );
+        assert_eq!(
+            count_of(&counts, "exit", "main"),
+            1,
+            "{context}: {counts:?}"
+        );
+    }
+}
+
+/// Signal handlers that trace between any two instructions of the trampolines (tracesig.c, as
+/// on x86_64 and s390x; qemu in single-step mode delivers a signal after any instruction, and
+/// the sender signals again as soon as a handler ran, so handlers often run back to back at
+/// one point): each handler makes about 200 events, so with 4 KiB chunks (252 events) it
+/// usually takes the next chunk while the code it interrupted holds a reserved event in the
+/// one before, or the two before. The last round of each build has every handler walk the
+/// stack with backtrace() first, through the frame it interrupted (which may be pushing or
+/// popping a shadow entry). Every run: a nested trace with every exit, the exact counts,
+/// nothing lost, exit status 0. Before events were reserved against the room just checked, a
+/// handler that took the next chunk between the reservation and the check left the event
+/// unwritten (a hole, where the reader stops reading the chunk: entries missing); before a
+/// chunk with an unwritten event stayed mapped, two chunk switches in that window made the
+/// interrupted write fault (SIGSEGV); before shadow slots were written last (0 while being
+/// pushed), backtrace()'s wrapper put the trampoline into the slot of a half-pushed entry that
+/// still held a stale original (the previous call's, often the same), which then went into the
+/// entry: "trace mode lost track of a return address; aborting"; and before the wrapper's
+/// second half skipped entries being pushed, it read through their slot 0 (SIGSEGV).
+#[test]
+fn riscv64_trace_signal_handlers_interrupt_trampolines_anywhere() {
+    for (cc, flags) in [
+        (Cc::Gcc, &["-pg"][..]),
+        (Cc::Gcc, &["-pg", "-fno-omit-frame-pointer"][..]),
+        (Cc::Clang, &["-pg"][..]),
+        (Cc::Gcc, &["-finstrument-functions"][..]),
+    ] {
+        let name = format!("riscv64-trace-tracesig-{cc:?}{}", flags.join(""));
+        let dir = workdir(&name);
+        let obj = dir.join("tracesig.o");
+        compile(cc, "tracesig.c", flags, &obj);
+        let exe = link(&obj, &dir, "tracesig", Link::Static);
+        for round in 0..3 {
+            let walk = round == 2;
+            let context = format!(
+                "{name} round {round}{}",
+                if walk { " backtrace" } else { "" }
+            );
+            let tdir = dir.join("trace");
+            let _ = std::fs::remove_dir_all(&tdir);
+            let t = tdir.display().to_string();
+            let env = [
+                ("INSTRFN_MODE", "trace"),
+                ("INSTRFN_OUTPUT", t.as_str()),
+                ("INSTRFN_BUFSIZE", "4096"),
+            ];
+            let args: &[&str] = if walk {
+                &["3000", "backtrace"]
+            } else {
+                &["3000"]
+            };
+            let mut cmd = command(ARCH, &exe, args, &env, &dir);
+            cmd.env("QEMU_SINGLESTEP", "1");
+            let out = run_within(&mut cmd, 300);
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(
+                out.status.success(),
+                "{context}: {}\n{stdout}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let words: Vec<&str> = stdout.split_whitespace().collect();
+            let (handled, calls): (u64, u64) = match words[..] {
+                ["handled", h, "calls", c] => (h.parse().unwrap(), c.parse().unwrap()),
+                _ => panic!("{context}: {stdout}"),
+            };
+            assert!(handled > 0, "{context}: no signal was handled");
+            let p = one_process(&tdir, &context);
+            assert_eq!(p.lost, 0, "{context}");
+            for (tid, events) in &p.threads {
+                assert_nested(events, &format!("{context} thread {tid}"));
+            }
+            let counts = assert_balanced(&p, &context);
+            for (f, n) in [
+                ("work", calls),
+                ("on_signal", handled),
+                ("handler_fn", handled),
+                ("leaf", 2 * calls + 100 * handled),
+            ] {
+                assert_eq!(count_of(&counts, "entry", f), n, "{context}: {f}");
+                assert_eq!(count_of(&counts, "exit", f), n, "{context}: {f}");
+            }
+        }
     }
 }
