@@ -1129,6 +1129,15 @@ unsafe fn trace_call(tls: &mut Tls, block: &ThreadBlock, slot: *mut usize, self_
         event(tls, block, EV_EXIT, self_pc, ts);
         return;
     }
+    // A thread without a chunk yet (its first event, or its first after fork) takes one now:
+    // that can take up to a millisecond (the file grown, mapped and faulted in), which is the
+    // runtime's time, not the function's, so the entry is stamped after it. (Every event this
+    // thread wrote before is older than `ts`.)
+    let ts = if tls.trace_end == 0 && refill(tls, block) {
+        arch::counter()
+    } else {
+        ts
+    };
     let room = tls.shadow_top + SH_BYTES <= tls.shadow_end;
     // SAFETY: slot is the function's return slot (per the contract).
     let replaceable = hijack && arch::replaceable(unsafe { *slot });
