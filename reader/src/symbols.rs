@@ -243,7 +243,7 @@ impl Symbols {
 fn symbol(syms: &[SymbolRange], link: u64) -> Option<(u64, &str)> {
     let i = syms.partition_point(|s| s.0 <= link).checked_sub(1)?;
     let (start, size, name) = &syms[i];
-    (*size == 0 || link < start + size).then_some((*start, name.as_str()))
+    (*size == 0 || link < start.saturating_add(*size)).then_some((*start, name.as_str()))
 }
 
 /// FNV-1a of the first 4 KiB, as the runtime hashes them (src/trace.rs).
