@@ -501,10 +501,16 @@ pub fn take() -> usize {
     0
 }
 
-/// Counts a chunk a thread had to prepare itself (the pool was empty).
+/// Counts a chunk a thread had to prepare itself (the pool was empty), and wakes the
+/// collector again: the wake-up of [`take`] came before this chunk was counted, so the
+/// collector may have seen no appetite yet (a thread's first chunk) and gone back to sleep,
+/// leaving the thread to prepare its next chunk itself too, in the middle of the run.
 pub fn prepared_by_thread() {
     BY_THREADS.fetch_add(1, Ordering::Relaxed);
     TAKEN.fetch_add(1, Ordering::Relaxed);
+    if TID.load(Ordering::Relaxed) != 0 {
+        wake();
+    }
 }
 
 /// Hands a chunk the thread left (its events end at `end`) to the collector, which unmaps it

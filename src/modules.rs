@@ -28,6 +28,10 @@ pub struct Module {
     /// The path the loader knows it by (empty for the main executable).
     path: [u8; MAX_PATH],
     path_len: usize,
+    /// Its program header table in memory (the loader's, or the kernel's AT_PHDR), and the
+    /// number of entries: valid only while the object is loaded.
+    phdr: usize,
+    phnum: usize,
 }
 
 impl Module {
@@ -37,6 +41,8 @@ impl Module {
         count: 0,
         path: [0; MAX_PATH],
         path_len: 0,
+        phdr: 0,
+        phnum: 0,
     };
 
     /// The main executable, from the program headers the kernel names in AT_PHDR / AT_PHNUM
@@ -93,7 +99,58 @@ impl Module {
         let n = path.len().min(MAX_PATH);
         m.path[..n].copy_from_slice(&path[..n]);
         m.path_len = n;
+        m.phdr = headers.as_ptr() as usize;
+        m.phnum = headers.len();
         m
+    }
+
+    /// The GNU build-id note's descriptor (the build-id bytes), read from the object's PT_NOTE
+    /// segments in memory. Only while the object is loaded (the program headers and the notes
+    /// are the loader's mappings); no system call, no allocation.
+    pub fn build_id(&self) -> Option<&[u8]> {
+        if self.phdr == 0 || self.phnum == 0 {
+            return None;
+        }
+        // SAFETY: the program header table this module was made from, still mapped while the
+        // object is loaded (the caller's contract).
+        let headers = unsafe {
+            core::slice::from_raw_parts(self.phdr as *const libc::Elf64_Phdr, self.phnum)
+        };
+        for h in headers.iter().filter(|h| h.p_type == libc::PT_NOTE) {
+            // Only notes that a PT_LOAD segment maps from the file are readable memory.
+            let (lo, hi) = (h.p_vaddr, h.p_vaddr.saturating_add(h.p_memsz));
+            let mapped = headers.iter().any(|l| {
+                l.p_type == libc::PT_LOAD
+                    && l.p_vaddr <= lo
+                    && hi <= l.p_vaddr.saturating_add(l.p_filesz)
+            });
+            if !mapped || h.p_memsz == 0 {
+                continue;
+            }
+            let start = (h.p_vaddr as usize).wrapping_add(self.bias);
+            // SAFETY: the note segment lies inside a loaded segment's file-backed part.
+            let notes: &[u8] =
+                unsafe { core::slice::from_raw_parts(start as *const u8, h.p_memsz as usize) };
+            // Entries are padded to the segment's alignment (4, or 8 for 8-aligned notes).
+            let align = if h.p_align == 8 { 8 } else { 4 };
+            let mut at = 0;
+            while at + 12 <= notes.len() {
+                let word =
+                    |i: usize| u32::from_ne_bytes(notes[i..i + 4].try_into().unwrap()) as usize;
+                let (namesz, descsz, kind) = (word(at), word(at + 4), word(at + 8));
+                let name_at = at + 12;
+                let desc_at = name_at.saturating_add(namesz.next_multiple_of(align));
+                let end = desc_at.saturating_add(descsz.next_multiple_of(align));
+                if end > notes.len() {
+                    break;
+                }
+                if kind == 3 && namesz == 4 && &notes[name_at..name_at + 4] == b"GNU\0" {
+                    return Some(&notes[desc_at..desc_at + descsz]);
+                }
+                at = end;
+            }
+        }
+        None
     }
 
     pub fn segments(&self) -> &[Segment] {

@@ -377,31 +377,48 @@ pub fn module_unloaded(m: &crate::modules::Module) {
     meta(format_args!("unload {lo:#x} {:#x}", arch::counter()));
 }
 
-/// A `module` line for one loaded object.
+/// A `module` line for one loaded object: its bias, code range, path and identity (as the
+/// `exe` line's: build-id from its notes in memory, then size, mtime and a hash of the first
+/// 4 KiB of its file). A relative loader path is made absolute with the working directory of
+/// now (the reader may run elsewhere).
 fn module_line(m: &crate::modules::Module) {
     let lo = m.segments().iter().map(|s| s.start).min().unwrap_or(0);
     let hi = m.segments().iter().map(|s| s.end).max().unwrap_or(0);
     let mut line = MetaLine::new();
     let _ = write!(line.buf, "module {:#x} {lo:#x} {hi:#x}", m.bias);
+    let mut path = StackBuf::<{ crate::modules::MAX_PATH + 1100 }>::new();
     if m.path().is_empty() {
-        let mut exe = [0u8; 1024];
-        // SAFETY: readlink into a buffer of its length.
-        let n = unsafe {
-            libc::readlink(
-                c"/proc/self/exe".as_ptr(),
-                exe.as_mut_ptr().cast(),
-                exe.len(),
-            )
-        };
-        line.word(&exe[..n.max(0) as usize]);
+        exe_path(&mut path);
     } else {
-        line.word(m.path());
+        if !m.path().starts_with(b"/") {
+            let mut cwd = [0u8; 1024];
+            // SAFETY: getcwd(2) into a buffer of its length; the result is its length with the
+            // NUL, or -errno.
+            let n = unsafe {
+                crate::collector::syscall(
+                    libc::SYS_getcwd,
+                    [cwd.as_mut_ptr() as usize, cwd.len(), 0, 0, 0, 0],
+                )
+            };
+            if n > 1 {
+                path.push(&cwd[..n as usize - 1]);
+                path.push(b"/");
+            }
+        }
+        path.push(m.path().strip_prefix(b"./").unwrap_or(m.path()));
     }
+    line.word(path.as_bytes());
+    let file = if m.path().is_empty() {
+        Some(c"/proc/self/exe")
+    } else {
+        path.as_cstr()
+    };
+    identity(&mut line, m.build_id(), file);
     line.send();
 }
 
-/// The `exe` line: path, build-id (or `-`), size, mtime and a hash of the first 4 KiB.
-fn write_exe_line() {
+/// The executable's path (/proc/self/exe's link).
+fn exe_path<const N: usize>(out: &mut StackBuf<N>) {
     let mut path = [0u8; 1024];
     // SAFETY: readlink into a buffer of its length.
     let n = unsafe {
@@ -411,83 +428,111 @@ fn write_exe_line() {
             path.len(),
         )
     };
-    let path = &path[..n.max(0) as usize];
+    out.push(&path[..n.max(0) as usize]);
+}
+
+/// The `exe` line: path, build-id (or `-`), size, mtime and a hash of the first 4 KiB.
+fn write_exe_line() {
+    let mut path = StackBuf::<1024>::new();
+    exe_path(&mut path);
     let mut line = MetaLine::new();
     line.push(b"exe");
-    line.word(path);
-    let mut id = StackBuf::<80>::new();
-    if !build_id(&mut id) {
-        id.push(b"-");
-    }
-    line.push(b" ");
-    line.push(id.as_bytes());
-    // SAFETY: libc::stat is plain data; all zero is a valid value.
-    let mut st: libc::stat = unsafe { core::mem::zeroed() };
-    // SAFETY: a valid path and stat buffer.
-    let ok = unsafe { libc::stat(c"/proc/self/exe".as_ptr(), &mut st) } == 0;
-    let (size, mtime) = if ok {
-        (
-            st.st_size as u64,
-            st.st_mtime as u64 * 1_000_000_000 + st.st_mtime_nsec as u64,
-        )
-    } else {
-        (0, 0)
-    };
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut first = true;
-    read_file(c"/proc/self/exe", |chunk| {
-        if first {
-            for &b in &chunk[..chunk.len().min(4096)] {
-                hash = (hash ^ b as u64).wrapping_mul(0x100_0000_01b3);
-            }
-            first = false;
-        }
-    });
-    let _ = write!(line.buf, " {size} {mtime} {hash:016x}");
+    line.word(path.as_bytes());
+    identity(
+        &mut line,
+        crate::modules::Module::executable().build_id(),
+        Some(c"/proc/self/exe"),
+    );
     line.send();
 }
 
-/// The executable's GNU build-id in hex, from its PT_NOTE segments (in memory).
-fn build_id<const N: usize>(out: &mut StackBuf<N>) -> bool {
-    // SAFETY: getauxval has no preconditions.
-    let (phdr, phnum) = unsafe {
-        (
-            libc::getauxval(libc::AT_PHDR),
-            libc::getauxval(libc::AT_PHNUM),
+/// ` <build-id hex, or -> <size> <mtime_ns> <hash of the first 4 KiB, hex>` (zeros for what
+/// the file could not tell: it could not be opened).
+fn identity(line: &mut MetaLine, build_id: Option<&[u8]>, file: Option<&core::ffi::CStr>) {
+    line.push(b" ");
+    match build_id {
+        Some(id) if !id.is_empty() => {
+            for b in id {
+                let _ = write!(line.buf, "{b:02x}");
+            }
+        }
+        _ => line.push(b"-"),
+    }
+    let (size, mtime, hash) = file.and_then(file_identity).unwrap_or((0, 0, 0));
+    let _ = write!(line.buf, " {size} {mtime} {hash:016x}");
+}
+
+/// A file's size, modification time (ns since the epoch) and FNV-1a hash of its first 4 KiB,
+/// through one open file: openat, statx, read, close (raw system calls: no errno, no libc
+/// function a program could interpose, no allocation).
+fn file_identity(path: &core::ffi::CStr) -> Option<(u64, u64, u64)> {
+    use crate::collector::syscall;
+    // SAFETY: openat(2) of a NUL-terminated path, read-only.
+    let fd = unsafe {
+        syscall(
+            libc::SYS_openat,
+            [
+                libc::AT_FDCWD as isize as usize,
+                path.as_ptr() as usize,
+                (libc::O_RDONLY | libc::O_CLOEXEC) as usize,
+                0,
+                0,
+                0,
+            ],
         )
     };
-    if phdr == 0 {
-        return false;
+    if fd < 0 {
+        return None;
     }
-    let exe = crate::modules::Module::executable();
-    // SAFETY: the kernel's program header table.
-    let headers = unsafe {
-        core::slice::from_raw_parts(phdr as usize as *const libc::Elf64_Phdr, phnum as usize)
+    // SAFETY: libc::statx is plain data; all zero is a valid value.
+    let mut st: libc::statx = unsafe { core::mem::zeroed() };
+    // SAFETY: statx(2) of the open descriptor itself (empty path, AT_EMPTY_PATH) into `st`.
+    let r = unsafe {
+        syscall(
+            libc::SYS_statx,
+            [
+                fd as usize,
+                c"".as_ptr() as usize,
+                libc::AT_EMPTY_PATH as usize,
+                (libc::STATX_SIZE | libc::STATX_MTIME) as usize,
+                (&raw mut st) as usize,
+                0,
+            ],
+        )
     };
-    for h in headers.iter().filter(|h| h.p_type == libc::PT_NOTE) {
-        let start = (h.p_vaddr as usize).wrapping_add(exe.bias);
-        // SAFETY: a PT_NOTE segment is mapped (it lies in a PT_LOAD one).
-        let notes = unsafe { core::slice::from_raw_parts(start as *const u8, h.p_memsz as usize) };
-        let mut at = 0;
-        while at + 12 <= notes.len() {
-            let word = |i: usize| u32::from_ne_bytes(notes[i..i + 4].try_into().unwrap()) as usize;
-            let (namesz, descsz, kind) = (word(at), word(at + 4), word(at + 8));
-            let name_at = at + 12;
-            let desc_at = name_at + namesz.next_multiple_of(4);
-            let end = desc_at + descsz.next_multiple_of(4);
-            if end > notes.len() {
-                break;
-            }
-            if kind == 3 && notes[name_at..name_at + namesz].starts_with(b"GNU") {
-                for b in &notes[desc_at..desc_at + descsz] {
-                    let _ = write!(out, "{b:02x}");
-                }
-                return true;
-            }
-            at = end;
+    // FNV-1a over the first 4 KiB, read in small pieces (this can run on a signal stack).
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut buf = [0u8; 512];
+    let mut left = 4096;
+    while r == 0 && left > 0 {
+        let want = buf.len().min(left);
+        // SAFETY: read(2) into `buf`.
+        let n = unsafe {
+            syscall(
+                libc::SYS_read,
+                [fd as usize, buf.as_mut_ptr() as usize, want, 0, 0, 0],
+            )
+        };
+        if n == -(libc::EINTR as isize) {
+            continue;
         }
+        if n <= 0 {
+            break;
+        }
+        for &b in &buf[..n as usize] {
+            hash = (hash ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+        left -= n as usize;
     }
-    false
+    // SAFETY: closing the descriptor opened above.
+    unsafe { syscall(libc::SYS_close, [fd as usize, 0, 0, 0, 0, 0]) };
+    if r != 0 {
+        return None;
+    }
+    let mtime = (st.stx_mtime.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(st.stx_mtime.tv_nsec as u64);
+    Some((st.stx_size, mtime, hash))
 }
 
 /// Calls `f` with successive chunks of a file's contents (open/read/close only).
@@ -1145,6 +1190,15 @@ unsafe fn trace_call(tls: &mut Tls, block: &ThreadBlock, slot: *mut usize, self_
         event(tls, block, EV_EXIT, self_pc, ts);
         return;
     }
+    // A thread without a chunk yet (its first event, or its first after fork) takes one now:
+    // that can take up to a millisecond (the file grown, mapped and faulted in), which is the
+    // runtime's time, not the function's, so the entry is stamped after it. (Every event this
+    // thread wrote before is older than `ts`.)
+    let ts = if tls.trace_end == 0 && refill(tls, block) {
+        arch::counter()
+    } else {
+        ts
+    };
     let room = tls.shadow_top + SH_BYTES <= tls.shadow_end;
     if hijack && !room && DROP_DEEP.load(Ordering::Relaxed) {
         // Deeper than INSTRFN_DEPTH: no events (nothing replaced: its callees come here too).

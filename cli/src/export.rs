@@ -18,7 +18,7 @@ use instrfn_trace::calls::{Call, End, Visitor, trace_end, walk};
 use instrfn_trace::{Process, Trace};
 
 use crate::filter::{Filter, FilterArgs};
-use crate::report::Names;
+use crate::names::Names;
 
 #[derive(Args, Debug)]
 pub struct ExportArgs {
@@ -37,6 +37,10 @@ pub struct ExportArgs {
     /// Show symbol names as they are in the binary.
     #[arg(long)]
     pub no_demangle: bool,
+    /// Where each function starts (file:line, from DWARF): chrome puts it in each event's
+    /// `args`, folded and svg after each frame's name.
+    #[arg(long)]
+    pub lines: bool,
     /// The flame graph's title (svg).
     #[arg(long, default_value = "instrfn")]
     pub title: String,
@@ -143,6 +147,7 @@ pub fn run(a: &ExportArgs) -> Result<ExitCode, String> {
         ));
     }
     let bar = progress(&trace);
+    crate::names::set_progress_bar(Some(bar.clone()));
     let mut sink = Sink::open(a.output.as_deref())?;
     match a.format {
         ExportFormat::Chrome => chrome(&procs, a, &mut sink, &bar)?,
@@ -171,6 +176,7 @@ pub fn run(a: &ExportArgs) -> Result<ExitCode, String> {
         }
     }
     bar.finish_and_clear();
+    crate::names::set_progress_bar(None);
     sink.finish()?;
     Ok(ExitCode::SUCCESS)
 }
@@ -200,13 +206,14 @@ fn push_us(s: &mut String, ns: f64) {
 struct ChromeWriter<'a> {
     sink: &'a mut Sink,
     p: &'a Process,
-    names: &'a Names<'a>,
+    names: &'a Names,
     filter: Filter,
     /// ns of the trace's zero (the earliest process start).
     zero: f64,
     start_ns: f64,
-    /// Function address -> its JSON-quoted name.
-    quoted: HashMap<u64, String>,
+    /// Function (see [`Names::key`]) -> its JSON-quoted name, and with --lines its
+    /// `"file":…,"line":…` args.
+    quoted: HashMap<crate::names::FunctionKey, (String, String)>,
     buf: String,
     first: &'a mut bool,
     error: Option<String>,
@@ -252,10 +259,15 @@ impl Visitor for ChromeWriter<'_> {
             return;
         }
         self.sep();
-        let name = self
+        let (name, line) = self
             .quoted
-            .entry(c.func)
-            .or_insert_with(|| quote(&names.name(c.func, c.start)));
+            .entry(names.key(c.func, c.start))
+            .or_insert_with(|| {
+                let line = names.line(c.func, c.start).map_or(String::new(), |l| {
+                    format!("\"file\":{},\"line\":{}", quote(&l.file), l.line)
+                });
+                (quote(&names.name(c.func, c.start)), line)
+            });
         let buf = &mut self.buf;
         let (pid, tid) = (p.pid, c.tid);
         let ph = if c.how == End::NoExit {
@@ -274,12 +286,26 @@ impl Visitor for ChromeWriter<'_> {
             push_us(buf, c.ticks() as f64 * p.clock.ns_per_tick());
         }
         let _ = write!(buf, ",\"pid\":{pid},\"tid\":{tid}");
-        buf.push_str(match c.how {
-            End::NoExit => ",\"args\":{\"exit\":\"not recorded\"}}",
-            End::Unwound => ",\"args\":{\"closed\":\"unwound\"}}",
-            End::Open => ",\"args\":{\"closed\":\"open at the end of the trace\"}}",
-            End::Exit => "}",
-        });
+        // The event's args: how it ended (if not by returning), where the function is.
+        let how = match c.how {
+            End::NoExit => "\"exit\":\"not recorded\"",
+            End::Unwound => "\"closed\":\"unwound\"",
+            End::Open => "\"closed\":\"open at the end of the trace\"",
+            End::Exit => "",
+        };
+        match (how.is_empty(), line.is_empty()) {
+            (true, true) => {}
+            (false, true) => {
+                let _ = write!(buf, ",\"args\":{{{how}}}");
+            }
+            (true, false) => {
+                let _ = write!(buf, ",\"args\":{{{line}}}");
+            }
+            (false, false) => {
+                let _ = write!(buf, ",\"args\":{{{how},{line}}}");
+            }
+        }
+        buf.push('}');
         self.put();
     }
     fn lost(&mut self, tid: u32, ts: u64, count: u64) {
@@ -311,7 +337,7 @@ fn chrome(
     sink.write("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n")?;
     let mut first = true;
     for p in procs {
-        let names = Names::of(p, !a.no_demangle);
+        let names = Names::of(p, !a.no_demangle, a.lines);
         // Metadata: the process and its threads by name.
         let mut meta = String::new();
         let sep = |s: &mut String, first: &mut bool| {
@@ -371,7 +397,7 @@ fn chrome(
 /// Self time per distinct stack, for folded output.
 struct Folder<'a> {
     p: &'a Process,
-    names: &'a Names<'a>,
+    names: &'a Names,
     filter: Filter,
     start_ns: f64,
     stacks: HashMap<Vec<u64>, f64>,
@@ -417,7 +443,7 @@ fn fold(
 ) -> Result<Vec<String>, String> {
     let mut totals: HashMap<String, f64> = HashMap::new();
     for p in procs {
-        let names = Names::of(p, !a.no_demangle);
+        let names = Names::of(p, !a.no_demangle, a.lines);
         let mut f = Folder {
             p,
             names: &names,
@@ -440,7 +466,7 @@ fn fold(
                 }
                 let n = cache
                     .entry(*func)
-                    .or_insert_with(|| names.name(*func, u64::MAX).replace(';', ":"));
+                    .or_insert_with(|| names.name_and_line(*func, u64::MAX).replace(';', ":"));
                 line.push_str(n);
             }
             *totals.entry(line).or_insert(0.0) += ns;

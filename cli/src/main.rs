@@ -10,10 +10,11 @@ use std::process::ExitCode;
 
 mod export;
 mod filter;
+mod names;
 mod report;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use instrfn_trace::{Kind, Symbols, Trace};
+use instrfn_trace::{Found, Kind, Symbols, Trace};
 
 /// Function-instrumentation runtime: record instrumented programs (-pg, -Zinstrument-mcount,
 /// -finstrument-functions), read their traces.
@@ -74,6 +75,12 @@ enum Mode {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Record { .. }) {
+        // Output into a pipe that closes (`instrfn dump | head`) ends the command quietly, as
+        // it does other tools, instead of an error about the broken pipe.
+        // SAFETY: restoring the default action of SIGPIPE before any thread is started.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let result = match cli.command {
         Command::Record {
             output,
@@ -327,9 +334,13 @@ fn dump(dir: &Path, raw: bool) -> Result<ExitCode, String> {
                 }
                 let what = match e.kind {
                     Kind::Lost => format!("{} events", e.value),
-                    _ => match symbols.as_ref().and_then(|s| s.name_at(e.value, e.ts)) {
-                        Some(name) => name.to_string(),
-                        None => format!("{:#x}", e.value),
+                    _ => match symbols.as_ref().map(|s| s.find(e.value, e.ts)) {
+                        Some(Found::Symbol(name)) => name.to_string(),
+                        Some(Found::Untrusted(problem)) => {
+                            names::warn(problem);
+                            format!("{:#x}", e.value)
+                        }
+                        _ => format!("{:#x}", e.value),
                     },
                 };
                 put(&mut out, format!("    {ns:>14.0} {} {what}", e.kind.name()))?;

@@ -9,9 +9,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use clap::{Args, ValueEnum};
 use instrfn_trace::calls::{AddrMap, Call, Visitor, trace_end, walk};
 use instrfn_trace::stats::{Collect, FuncStats};
-use instrfn_trace::{Process, Symbols, Trace, demangle};
+use instrfn_trace::{Process, SourceLine, Trace};
 
 use crate::filter::{Filter, FilterArgs, human};
+use crate::names::Names;
 
 #[derive(Args, Debug)]
 pub struct ReportArgs {
@@ -36,6 +37,9 @@ pub struct ReportArgs {
     /// Show symbol names as they are in the binary.
     #[arg(long)]
     pub no_demangle: bool,
+    /// Show where each function starts (file:line, from its DWARF debug information).
+    #[arg(long)]
+    pub lines: bool,
     #[command(flatten)]
     pub filter: FilterArgs,
 }
@@ -65,7 +69,7 @@ struct Filtered<'a> {
     collect: Collect,
     start_ns: f64,
     p: &'a Process,
-    names: &'a Names<'a>,
+    names: &'a Names,
 }
 
 impl Visitor for Filtered<'_> {
@@ -88,44 +92,12 @@ impl Visitor for Filtered<'_> {
     }
 }
 
-/// Function names of one process.
-pub struct Names<'a> {
-    symbols: Symbols,
-    demangle: bool,
-    /// Whether an object was unloaded (then a name depends on the time).
-    unloads: bool,
-    _p: std::marker::PhantomData<&'a ()>,
-}
-
-impl Names<'_> {
-    pub fn of(p: &Process, demangle: bool) -> Names<'_> {
-        Names {
-            symbols: Symbols::of(p),
-            demangle,
-            unloads: p.modules.iter().any(|m| m.unloaded.is_some()),
-            _p: std::marker::PhantomData,
-        }
-    }
-
-    /// The name of the function at `addr` (at counter time `ts`), or the address in hex.
-    pub fn name(&self, addr: u64, ts: u64) -> String {
-        let raw = if self.unloads {
-            self.symbols.name_at(addr, ts)
-        } else {
-            self.symbols.name(addr)
-        };
-        match raw {
-            Some(n) if self.demangle => demangle(n),
-            Some(n) => n.to_string(),
-            None => format!("{addr:#x}"),
-        }
-    }
-}
-
 /// One row of the report.
 #[derive(Debug, Clone, Default)]
 pub struct Row {
     pub name: String,
+    /// Where the function starts (with --lines, when known).
+    pub line: Option<SourceLine>,
     /// `pid/tid` with --threads.
     pub thread: Option<(u32, u32, String)>,
     pub stats: FuncStats,
@@ -162,7 +134,10 @@ pub fn build(trace: &Trace, a: &ReportArgs) -> Result<Report, String> {
             a.pid.unwrap_or(0)
         ));
     }
-    let names: Vec<Names> = procs.iter().map(|p| Names::of(p, !a.no_demangle)).collect();
+    let names: Vec<Names> = procs
+        .iter()
+        .map(|p| Names::of(p, !a.no_demangle, a.lines))
+        .collect();
     let work: Vec<(usize, u32)> = procs
         .iter()
         .enumerate()
@@ -228,7 +203,10 @@ pub fn build(trace: &Trace, a: &ReportArgs) -> Result<Report, String> {
             }
         }
     }
-    let mut rows: BTreeMap<(Option<(u32, u32)>, String), Row> = BTreeMap::new();
+    // Rows by thread and name (and with --lines by where the function is: two static
+    // functions of one name in two files are two rows).
+    type Key = (Option<(u32, u32)>, String, Option<SourceLine>);
+    let mut rows: BTreeMap<Key, Row> = BTreeMap::new();
     for ((i, tid), funcs) in &per {
         let p = procs[*i];
         let thread_name = p
@@ -239,9 +217,15 @@ pub fn build(trace: &Trace, a: &ReportArgs) -> Result<Report, String> {
             .map_or(String::new(), |t| t.name.clone());
         for (f, st) in funcs {
             let name = names[*i].name(*f, u64::MAX);
-            let key = (a.threads.then_some((p.pid, *tid)), name.clone());
+            let line = names[*i].line(*f, u64::MAX);
+            let key = (
+                a.threads.then_some((p.pid, *tid)),
+                name.clone(),
+                line.clone(),
+            );
             let row = rows.entry(key).or_insert_with(|| Row {
                 name,
+                line,
                 thread: a.threads.then(|| (p.pid, *tid, thread_name.clone())),
                 stats: FuncStats::default(),
             });
@@ -305,12 +289,18 @@ fn sort(rows: &mut [Row], by: Sort) {
         }
     };
     if by == Sort::Name {
-        rows.sort_by(|a, b| a.name.cmp(&b.name).then(a.thread.cmp(&b.thread)));
+        rows.sort_by(|a, b| {
+            a.name
+                .cmp(&b.name)
+                .then(a.line.cmp(&b.line))
+                .then(a.thread.cmp(&b.thread))
+        });
     } else {
         rows.sort_by(|a, b| {
             key(b)
                 .total_cmp(&key(a))
                 .then_with(|| a.name.cmp(&b.name))
+                .then_with(|| a.line.cmp(&b.line))
                 .then(a.thread.cmp(&b.thread))
         });
     }
@@ -381,7 +371,7 @@ fn text(r: &Report, a: &ReportArgs) -> String {
         let st = &row.stats;
         let _ = writeln!(
             s,
-            "{:>10} {:>12} {:>12} {:>5.1}% {:>11} {:>11} {:>11} {:>11}  {}{}",
+            "{:>10} {:>12} {:>12} {:>5.1}% {:>11} {:>11} {:>11} {:>11}  {}{}{}",
             st.calls,
             human(st.total_ns),
             human(st.self_ns),
@@ -399,13 +389,16 @@ fn text(r: &Report, a: &ReportArgs) -> String {
                 .map_or(String::new(), |(pid, tid, name)| format!(
                     "{pid}/{tid} {name}  "
                 )),
-            row.name
+            row.name,
+            row.line
+                .as_ref()
+                .map_or(String::new(), |l| format!(" ({l})"))
         );
     }
     s
 }
 
-fn json(r: &Report, _a: &ReportArgs) -> String {
+fn json(r: &Report, a: &ReportArgs) -> String {
     use serde_json::json;
     let rows: Vec<serde_json::Value> = r
         .rows
@@ -425,6 +418,10 @@ fn json(r: &Report, _a: &ReportArgs) -> String {
                 "open_at_end": st.open,
                 "entries_without_exit": st.no_exit,
             });
+            if a.lines {
+                v["file"] = json!(row.line.as_ref().map(|l| &l.file));
+                v["line"] = json!(row.line.as_ref().map(|l| l.line));
+            }
             if let Some((pid, tid, name)) = &row.thread {
                 v["pid"] = json!(pid);
                 v["tid"] = json!(tid);

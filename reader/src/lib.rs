@@ -8,6 +8,9 @@
 
 pub mod calls;
 pub mod stats;
+pub mod symbols;
+
+pub use symbols::{Found, Problem, SourceLine, Symbols, demangle};
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -142,6 +145,21 @@ pub struct Module {
     pub path: PathBuf,
     /// The counter value at which `dlclose` unloaded it (an `unload` line), if it did.
     pub unloaded: Option<u64>,
+    /// Its file's identity when it was recorded (None: a trace written before module lines
+    /// carried one).
+    pub identity: Option<Identity>,
+}
+
+/// What identifies a file: its GNU build-id, and its size, modification time and a hash of
+/// its first 4 KiB when it was recorded (docs/trace-format.md). All zero: the runtime could
+/// not read the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub build_id: Option<String>,
+    pub size: u64,
+    pub mtime_ns: u64,
+    /// 16 hex digits (FNV-1a 64).
+    pub head_hash: String,
 }
 
 impl Module {
@@ -392,12 +410,23 @@ impl Process {
                     let start = number(meta_path, n, w.next())?;
                     let end = number(meta_path, n, w.next())?;
                     let path = PathBuf::from(decode_word(w.next().unwrap_or("-")));
+                    // Trailing identity fields (absent in traces of older runtimes).
+                    let identity = match w.next() {
+                        Some(id) => Some(Identity {
+                            build_id: (id != "-").then(|| id.to_string()),
+                            size: number(meta_path, n, w.next())?,
+                            mtime_ns: number(meta_path, n, w.next())?,
+                            head_hash: w.next().unwrap_or("").to_string(),
+                        }),
+                        None => None,
+                    };
                     p.modules.push(Module {
                         bias,
                         start,
                         end,
                         path,
                         unloaded: None,
+                        identity,
                     });
                 }
                 "thread" => {
@@ -671,71 +700,4 @@ impl Iterator for Events<'_> {
             });
         }
     }
-}
-
-/// Symbols of the modules of a process: runtime address → (name, offset), from each ELF
-/// file's symbol tables (`.symtab`, else `.dynsym`).
-pub struct Symbols {
-    modules: Vec<(Module, Vec<SymbolRange>)>,
-}
-
-/// A symbol: start and end offset in its module (load bias removed), name.
-type SymbolRange = (u64, u64, String);
-
-impl Symbols {
-    /// Reads the symbols of every module of `p` that can still be read. A module that is gone
-    /// is skipped: its addresses show raw.
-    pub fn of(p: &Process) -> Symbols {
-        use object::{Object, ObjectSymbol};
-        let mut modules = Vec::new();
-        for m in &p.modules {
-            let Ok(data) = std::fs::read(&m.path) else {
-                continue;
-            };
-            let Ok(file) = object::File::parse(&*data) else {
-                continue;
-            };
-            let mut syms: Vec<(u64, u64, String)> = file
-                .symbols()
-                .chain(file.dynamic_symbols())
-                .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0)
-                .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
-                .collect();
-            syms.sort_by_key(|s| (s.0, std::cmp::Reverse(s.1)));
-            syms.dedup_by_key(|s| s.0);
-            modules.push((m.clone(), syms));
-        }
-        Symbols { modules }
-    }
-
-    /// The function holding runtime address `addr` at the end of the trace, as its (raw)
-    /// symbol name.
-    pub fn name(&self, addr: u64) -> Option<&str> {
-        self.name_at(addr, u64::MAX)
-    }
-
-    /// The function holding runtime address `addr` at counter time `ts` (an object unloaded
-    /// by dlclose before then no longer holds it), as its (raw) symbol name.
-    pub fn name_at(&self, addr: u64, ts: u64) -> Option<&str> {
-        let (m, syms) = self.modules.iter().find(|(m, _)| m.holds(addr, ts))?;
-        let link = addr.wrapping_sub(m.bias);
-        let i = syms.partition_point(|s| s.0 <= link).checked_sub(1)?;
-        let (start, size, name) = &syms[i];
-        (*size == 0 || link < start + size).then_some(name.as_str())
-    }
-}
-
-/// A symbol name as a person reads it: Rust (legacy and v0 mangling, without the hash) and
-/// C++ (Itanium ABI) names demangled, anything else as it is.
-pub fn demangle(raw: &str) -> String {
-    if let Ok(d) = rustc_demangle::try_demangle(raw) {
-        return format!("{d:#}");
-    }
-    if raw.starts_with("_Z")
-        && let Ok(sym) = cpp_demangle::Symbol::new(raw)
-        && let Ok(d) = sym.demangle(&cpp_demangle::DemangleOptions::default())
-    {
-        return d;
-    }
-    raw.to_string()
 }

@@ -488,7 +488,23 @@ pub fn assert_calls(flat: &Flat, expected: &[(&str, u64)], context: &str) {
 /// `-Zinstrument-mcount` (the one place that spells the flag) for `triple`, in its own target
 /// directory; returns the path of binary `bin`.
 pub fn build_instrumented_rust(name: &str, triple: &str, bin: &str) -> PathBuf {
-    let target_dir = root().join("target/instrfn-fixtures");
+    build_instrumented_rust_with(name, triple, bin, "")
+}
+
+/// [`build_instrumented_rust`] with `extra` RUSTFLAGS after the instrumentation flag (e.g.
+/// another symbol mangling), in a target directory of its own for each `extra` (builds with
+/// other flags do not invalidate each other).
+pub fn build_instrumented_rust_with(name: &str, triple: &str, bin: &str, extra: &str) -> PathBuf {
+    let target_dir = if extra.is_empty() {
+        root().join("target/instrfn-fixtures")
+    } else {
+        let tag: String = extra
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        root().join(format!("target/instrfn-fixtures{tag}"))
+    };
+    let flags = format!("{} {extra}", instrument_flags("mcount"));
     let manifest = fixture(name).join("Cargo.toml");
     let mut cmd = Command::new("cargo");
     cmd.arg("+nightly")
@@ -503,7 +519,7 @@ pub fn build_instrumented_rust(name: &str, triple: &str, bin: &str) -> PathBuf {
         .arg(&manifest)
         .arg("--target-dir")
         .arg(&target_dir)
-        .env("RUSTFLAGS", instrument_flags("mcount"))
+        .env("RUSTFLAGS", flags.trim())
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .env_remove("RUSTC")
         .env_remove("RUSTC_WRAPPER")
