@@ -178,7 +178,8 @@ fn report_durations_of_known_sleeps() {
         );
         let median = f(&fun["median_ns"]);
         assert!(
-            median >= own[0] && median <= own[1] + 1e6,
+            // From the histogram: within 1/256 of a recorded duration.
+            median >= own[0] * (1.0 - 0.005) && median <= own[1] * 1.005 + 1e6,
             "{name} median {median}"
         );
     }
