@@ -36,6 +36,8 @@ static READY: [AtomicUsize; POOL] = [const { AtomicUsize::new(0) }; POOL];
 /// File offset of each ready chunk (written before the chunk is published).
 static READY_OFFSET: [AtomicU64; POOL] = [const { AtomicU64::new(0) }; POOL];
 static RETIRE: [AtomicUsize; RETIRED] = [const { AtomicUsize::new(0) }; RETIRED];
+/// A RETIRE slot taken by a thread that is writing its end and base.
+const CLAIMED: usize = 1;
 /// Where the events of each retired chunk end (written before the chunk is published).
 static RETIRE_END: [AtomicUsize; RETIRED] = [const { AtomicUsize::new(0) }; RETIRED];
 /// Bumped by every thread that took a chunk or retired one; the collector waits on it.
@@ -522,13 +524,15 @@ pub fn prepared_by_thread() {
 pub fn retire(base: usize, end: usize) {
     if TID.load(Ordering::Relaxed) != 0 {
         for (r, e) in RETIRE.iter().zip(&RETIRE_END) {
-            if r.load(Ordering::Relaxed) == 0 {
-                e.store(end, Ordering::Relaxed);
-                if r.compare_exchange(0, base, Ordering::Release, Ordering::Relaxed)
+            // The slot is claimed first (CLAIMED), then its end and base are written: two
+            // threads retiring at once never mix one's end with the other's chunk.
+            if r.load(Ordering::Relaxed) == 0
+                && r.compare_exchange(0, CLAIMED, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
-                {
-                    return;
-                }
+            {
+                e.store(end, Ordering::Relaxed);
+                r.store(base, Ordering::Release);
+                return;
             }
         }
     }
@@ -542,7 +546,7 @@ fn unmap_retired() {
     let chunk = crate::trace::chunk_bytes();
     for (r, e) in RETIRE.iter().zip(&RETIRE_END) {
         let base = r.load(Ordering::Acquire);
-        if base != 0
+        if base > CLAIMED
             && crate::trace::all_written(base, e.load(Ordering::Relaxed))
             && r.compare_exchange(base, 0, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
@@ -608,7 +612,7 @@ pub fn after_fork() {
     let chunk = crate::trace::chunk_bytes();
     for r in READY.iter().chain(RETIRE.iter()) {
         let base = r.swap(0, Ordering::Relaxed);
-        if base != 0 {
+        if base > CLAIMED {
             unmap(base, chunk);
         }
     }
