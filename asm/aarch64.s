@@ -47,8 +47,15 @@
 // - The count is bumped with an ldxr/stxr loop: a signal handler that counts on this thread
 //   between the two clears the exclusive monitor (its own stxr, and every exception return,
 //   on ARMv8), so our stxr fails and the loop reloads. The hit path needs no barrier.
-//   Trace mode reserves its event and its shadow entry the same way, one ldxr/stxr loop each
-//   that checks the bound before it stores (nothing to give back when there is no room).
+//   Trace mode reserves its shadow entry the same way: an ldxr/stxr loop on shadow_top that
+//   checks the bound (shadow_end, which never changes) before it stores, so there is nothing
+//   to give back when the stack is full. Its event is reserved with a compare-and-swap of
+//   trace_pos against the room just checked (TRACE_EVENT): a handler may also move trace_end
+//   (it takes the next chunk), so position and end are loaded and checked first, and the
+//   ldxr/stxr then claims the event only if the position is still the one checked. (Loading
+//   trace_end between the ldxr and the stxr would serve too, the monitor being cleared by
+//   every exception return, but the architecture promises LL/SC loops forward progress only
+//   without other memory accesses between the two.)
 // - Insert (a new arc while len < limit): the slot is claimed with an ldxr/stxr loop on its
 //   self_pc that gives up (clrex, then probes that slot again) as soon as it loads a nonzero
 //   value, i.e. a signal handler on this thread claimed it between our probe and our stxr.
@@ -272,6 +279,22 @@ instrfn_aarch64_\name:
     // Trace mode. x16 = &Tls, w17 = the mode (1, or 2: exits off); x0 is free.
     // In the body: x6 = the event's kind, x4 = our shadow entry (0: none), x5 = the return
     // slot and x1 its value (hijack only).
+    // A signal handler on this thread may run between any two instructions and record events
+    // and push shadow entries of its own (and take the next chunk). As on x86_64:
+    // - the shadow entry is reserved first (an ldxr/stxr loop on shadow_top: a handler pushes
+    //   above it), and its slot is written last, after the original return address, the
+    //   function and the frame pointer: a free entry's slot is 0 (every pop zeroes it), and 0
+    //   tells a handler's slow path, and the unwinder wrappers, that the entry is still being
+    //   pushed (alive, nothing replaced yet: src/trace.rs `in_progress`);
+    // - the event is reserved with a compare-and-swap of trace_pos against the room checked
+    //   just before (see the header), retried if a handler moved it: so it is never reserved
+    //   past its chunk's end, and never left unwritten (a hole, where a reader stops reading
+    //   the chunk) because a handler took the next chunk meanwhile;
+    // - the return slot is replaced last.
+    // Executed (qemu -singlestep -d exec, a site already classified; +1 is the `b` of the
+    // exported stub): _mcount 87+1 instructions from the call to the return into the
+    // function, ret included; __cyg_profile_func_enter and _exit 40+1 each. (84+1 and 37+1
+    // before events were reserved against the room just checked and the slot written last.)
     stp     x1, x2, [sp, #-64]!
     .cfi_def_cfa_offset 64
     .cfi_rel_offset x1, 0
@@ -317,13 +340,12 @@ instrfn_aarch64_\name:
     b.ls    .Ltslow_\name                   // gone (longjmp): the slow path closes it
 1:  add     x3, x16, #{TLS_SHADOW_TOP}
     ldr     x7, [x16, #{TLS_SHADOW_END}]
-2:  ldxr    x4, [x3]                        // reserve our shadow entry
+2:  ldxr    x4, [x3]                        // reserve our shadow entry (its slot is 0)
     add     x2, x4, #{SH_BYTES}
     cmp     x2, x7
     b.hi    .Ltfull_\name                   // full: an entry without exit
     stxr    w17, x2, [x3]
     cbnz    w17, 2b
-    str     x5, [x4, #{SH_SLOT}]                   // at once: a signal handler compares it
     mov     x6, #{EV_ENTRY}
     .else
     .ifc \kind,exit
@@ -335,22 +357,26 @@ instrfn_aarch64_\name:
 .Ltevent_\name:
     mrs     x2, cntvct_el0                  // timestamp
     add     x3, x16, #{TLS_TRACE_POS}
+4:  ldr     x8, [x3]                        // our event, if there is room
     ldr     x7, [x16, #{TLS_TRACE_END}]
-4:  ldxr    x8, [x3]                        // reserve our event
     add     x0, x8, #{EV_BYTES}
     cmp     x0, x7
     b.hi    .Ltnochunk_\name                // past the chunk's end (or no chunk): slow path
+    ldxr    x7, [x3]                        // claimed, unless a handler moved it: again
+    cmp     x7, x8
+    b.ne    4b
     stxr    w17, x0, [x3]
-    cbnz    w17, 4b
+    cbnz    w17, 4b                         // a handler ran between ldxr and stxr: again
     str     x2, [x8]                        // timestamp, then the word that marks it written
     lsl     x0, \self, #{EV_SHIFT}
     orr     x0, x0, x6
     str     x0, [x8, #8]
     .ifc \kind,hijack
     cbz     x4, 5f
-    stp     x1, x5, [x4, #{SH_RET}]                // original return address, slot
     ldr     x0, [x29]                       // the frame pointer it returns with
     stp     x30, x0, [x4, #{SH_FN}]                // function, frame pointer
+    str     x1, [x4, #{SH_RET}]                    // original return address
+    str     x5, [x4, #{SH_SLOT}]                   // last: the entry is complete
     adr     x0, instrfn_aarch64_exit
     str     x0, [x5]                        // the function now returns to the exit trampoline
     b       .Ltret_\name
@@ -370,10 +396,10 @@ instrfn_aarch64_\name:
     b       .Ltevent_\name
     .endif
 .Ltnochunk_\name:
-    clrex
+    // (No exclusive access to leave: every stxr here follows its own ldxr.)
     .ifc \kind,hijack
     cbz     x4, .Ltslow_\name
-    add     x3, x16, #{TLS_SHADOW_TOP}              // give the shadow entry back
+    add     x3, x16, #{TLS_SHADOW_TOP}              // give the shadow entry back (slot still 0)
 7:  ldxr    x0, [x3]
     sub     x0, x0, #{SH_BYTES}
     stxr    w17, x0, [x3]
@@ -628,10 +654,17 @@ instrfn_aarch64_\name:
 //   NZCV (the caller may not expect them after a return); x30 comes back as the original
 //   return address, where we return (`ret`, so a BTI-guarded caller needs no landing pad).
 //   The newest shadow entry is the returning frame's if its frame pointer is x29 and its slot
-//   lies below sp: it is popped (after reading it: a signal handler pushes above it until
-//   then), the exit event written, and we return to its original return address. Anything
-//   else (frames left behind by longjmp, an unwinder that ran, no room for the event) goes to
-//   instrfn_aarch64_exit_slow.
+//   lies below sp (and is a frame's: not 0, an entry being pushed, nor 1, a tombstone). Then,
+//   as on x86_64, the exit event is written first (reserved as in FAST_PATH, against the room
+//   just checked), and the entry popped after it: read the original return address, zero
+//   the slot (free; a handler that comes between the two stores takes the entry for one
+//   being pushed: alive), lower shadow_top. Until then a signal handler that interrupts us
+//   finds the entry intact (it pushes and pops above it). Anything else (frames left behind
+//   by longjmp, an unwinder that ran, no room for the event) goes to
+//   instrfn_aarch64_exit_slow with the entry still pushed.
+//   Executed (qemu -singlestep -d exec): the fast part, 42 instructions to the original
+//   return address, ret included (38 when it popped before writing its event, and reserved
+//   it against an end loaded once).
 //   The CFI marks the return address undefined: an unwinder that reaches this trampoline stops
 //   here (the unwinder entry points are wrapped to put the real return addresses back first,
 //   src/interpose.c). The nop before the label puts a return address that points at the label
@@ -654,43 +687,40 @@ instrfn_aarch64_exit:
     ldr     x10, [x16, #{TLS_SHADOW_BASE}]
     cmp     x9, x10
     b.ls    .Lexit_slow                     // no entry (cannot be): the slow path says so
-    ldp     x10, x11, [x9, #{SH_RET} - {SH_BYTES}]     // original return address, slot
-    ldp     x12, x13, [x9, #{SH_FN} - {SH_BYTES}]      // function, frame pointer
-    cmp     x13, x29
-    b.ne    .Lexit_slow                     // not the returning frame's
-    cmp     sp, x11
-    b.ls    .Lexit_slow
-    sub     x9, x9, #{SH_BYTES}
-    str     x9, [x16, #{TLS_SHADOW_TOP}]                // popped
-    mov     x30, x10                        // we return there
+    sub     x9, x9, #{SH_BYTES}             // the newest entry
+    ldr     x11, [x9, #{SH_SLOT}]
+    ldp     x12, x13, [x9, #{SH_FN}]               // function, frame pointer
+    cmp     sp, x11                         // the slot lies below sp,
+    ccmp    x11, #1, #0, hi                 // is above 1 (0: being pushed, 1: a tombstone),
+    ccmp    x13, x29, #0, hi                // and the frame pointer is x29:
+    b.ne    .Lexit_slow                     // else not the returning frame's
     ldr     x17, [x16, #{TLS_GUARD}]
-    cbnz    x17, .Lexit_out
+    cbnz    x17, .Lexit_pop                 // runtime code running: no event
     adrp    x17, instrfn_enabled
     ldrb    w17, [x17, #:lo12:instrfn_enabled]
-    cbz     w17, .Lexit_out
-    mrs     x11, cntvct_el0                 // timestamp
+    cbz     w17, .Lexit_pop
+    mrs     x15, cntvct_el0                 // timestamp
     add     x14, x16, #{TLS_TRACE_POS}
+1:  ldr     x10, [x14]                      // our event, if there is room
     ldr     x13, [x16, #{TLS_TRACE_END}]
-1:  ldxr    x9, [x14]                       // reserve our event
-    add     x10, x9, #{EV_BYTES}
-    cmp     x10, x13
-    b.hi    .Lexit_nochunk
-    stxr    w15, x10, [x14]
-    cbnz    w15, 1b
-    str     x11, [x9]
+    add     x11, x10, #{EV_BYTES}
+    cmp     x11, x13
+    b.hi    .Lexit_slow                     // no room (or no chunk): nothing popped yet, the
+                                            // slow path does all
+    ldxr    x13, [x14]                      // claimed, unless a handler moved it: again
+    cmp     x13, x10
+    b.ne    1b
+    stxr    w13, x11, [x14]
+    cbnz    w13, 1b                         // a handler ran between ldxr and stxr: again
+    str     x15, [x10]                      // timestamp, then the word that marks it written
     lsl     x12, x12, #{EV_SHIFT}
     orr     x12, x12, #{EV_EXIT}
-    str     x12, [x9, #8]
-.Lexit_out:
+    str     x12, [x10, #8]
+.Lexit_pop:
+    ldr     x30, [x9, #{SH_RET}]                   // we return there
+    str     xzr, [x9, #{SH_SLOT}]                  // free entries have slot 0
+    str     x9, [x16, #{TLS_SHADOW_TOP}]           // popped
     ret
-.Lexit_nochunk:
-    // Popped already: the exit event from the slow path, instrfn_trace_slow(tls, 1, function)
-    clrex
-    mov     x15, #1
-    mov     x17, x12
-    adrp    x16, instrfn_aarch64_trace_slow
-    add     x16, x16, #:lo12:instrfn_aarch64_trace_slow
-    b       instrfn_aarch64_exit_slow
 .Lexit_slow:
     // instrfn_aarch64_trace_exit(tls, sp = the function's CFA, x29): finds the returning
     // frame's entry, closes the ones above it, pops it, writes its exit, returns its original

@@ -1,7 +1,8 @@
 //! Trace mode on aarch64, under qemu-user: golden call trees for every compiler and entry kind
 //! (gcc -pg, clang 14 -pg, -finstrument-functions, pac-ret), preloaded and linked statically;
 //! pac-ret code whose saved return addresses look unsigned; the exit trampoline's registers;
-//! a Rust program built with -Zinstrument-mcount.
+//! a Rust program built with -Zinstrument-mcount; signal handlers interrupting the trampolines
+//! anywhere (qemu single-stepping).
 
 mod common;
 
@@ -702,5 +703,114 @@ fn aarch64_trace_survives_rust_panics_and_backtraces() {
         };
         assert_eq!(count_of(&counts, "entry", &dive), frames, "{context}");
         assert_eq!(count_of(&counts, closed, &dive), frames, "{context}");
+    }
+}
+
+/// The events of one dumped thread as a properly nested call tree: every exit closes the
+/// newest open entry of the same function, nothing is left open; any other kind (unwound,
+/// entry without exit) is an error.
+fn assert_nested(events: &[DumpEvent], context: &str) {
+    let mut open: Vec<&str> = Vec::new();
+    for (i, e) in events.iter().enumerate() {
+        match e.kind.as_str() {
+            "entry" => open.push(&e.name),
+            "exit" => assert_eq!(
+                open.pop(),
+                Some(e.name.as_str()),
+                "{context}: event {i} exits {} (open: {open:?})",
+                e.name
+            ),
+            other => panic!("{context}: event {i} is `{other} {}`", e.name),
+        }
+    }
+    assert!(open.is_empty(), "{context}: never closed: {open:?}");
+}
+
+/// Signal handlers that trace between any two instructions of the trampolines (tracesig.c, as
+/// on x86_64, riscv64 and s390x; qemu in single-step mode delivers a signal after any
+/// instruction, and the sender signals again as soon as a handler ran, so handlers often run
+/// back to back at one point): each handler makes about 200 events, so with 4 KiB chunks (252
+/// events) it usually takes the next chunk while the code it interrupted holds a reserved
+/// event in the one before, or the two before; and it pushes shadow entries above one the
+/// interrupted code is pushing, or popping. The last round walks the stack with backtrace() in
+/// every handler first (tracesig.c `walk`), which puts the original return addresses back and
+/// the exit trampoline again afterwards, also while the interrupted code is in the middle of
+/// its push or pop. gcc -pg, clang -pg (the caller in the frame record), -finstrument-functions
+/// (no shadow entries); preloaded and linked. Every run: status 0, a nested trace with every
+/// exit (nothing unwound, no entry without exit), the exact counts, nothing lost. Before the
+/// push wrote the slot last and pops zeroed it, every -pg backtrace round and about one plain
+/// -pg round in seven aborted ("lost track of a return address"): a handler took a reserved
+/// entry's stale or early slot for a live frame's (closed it, or put the exit trampoline into
+/// the return slot of a call that then went to the slow path and got none).
+#[test]
+fn aarch64_trace_signal_handlers_interrupt_trampolines_anywhere() {
+    let preload = runtime_lib(AARCH64, Lib::Shared).display().to_string();
+    for (compiler, flags) in [
+        (Compiler::Gcc, &["-pg"][..]),
+        (Compiler::Clang, &["-pg"][..]),
+        (Compiler::Gcc, &["-finstrument-functions"][..]),
+    ] {
+        let name = format!("aarch64-trace-tracesig-{compiler:?}{}", flags.join(""));
+        let dir = workdir(&name);
+        let obj = compile(compiler, &dir, "tracesig.c", flags, "tracesig.o");
+        for link_kind in [Link::Preload, Link::Static] {
+            let exe = link(&dir, &obj, "tracesig", link_kind);
+            for round in 0..3 {
+                let walk = round == 2;
+                let context = format!(
+                    "{name} {link_kind:?} round {round}{}",
+                    if walk { " backtrace" } else { "" }
+                );
+                let tdir = dir.join("trace");
+                let _ = std::fs::remove_dir_all(&tdir);
+                let t = tdir.display().to_string();
+                let mut env = vec![
+                    ("INSTRFN_MODE", "trace"),
+                    ("INSTRFN_OUTPUT", t.as_str()),
+                    ("INSTRFN_BUFSIZE", "4096"),
+                ];
+                if link_kind == Link::Preload {
+                    env.push(("LD_PRELOAD", preload.as_str()));
+                }
+                let args: &[&str] = if walk { &["3000", "walk"] } else { &["3000"] };
+                let mut cmd = command(AARCH64, &exe, args, &env, &dir);
+                cmd.env("QEMU_SINGLESTEP", "1");
+                let out = run_within(&mut cmd, 300);
+                let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+                let words: Vec<&str> = stdout.split_whitespace().collect();
+                let (handled, calls): (u64, u64) = match words[..] {
+                    ["handled", h, "calls", c] => (h.parse().unwrap(), c.parse().unwrap()),
+                    _ => panic!("{context}: {stdout}"),
+                };
+                assert!(handled > 0, "{context}: no signal was handled");
+                let mut procs = instrfn_dump(&tdir);
+                assert_eq!(procs.len(), 1, "{context}: {procs:?}");
+                let p = procs.remove(0);
+                assert_eq!(p.lost, 0, "{context}: events lost");
+                for meta in std::fs::read_dir(&tdir).unwrap() {
+                    let path = meta.unwrap().path();
+                    if path.extension().is_some_and(|e| e == "meta") {
+                        let text = std::fs::read_to_string(&path).unwrap();
+                        assert!(
+                            !text.lines().any(|l| l.starts_with("lost ")),
+                            "{context}: events lost:\n{text}"
+                        );
+                    }
+                }
+                for (tid, events) in &p.threads {
+                    assert_nested(events, &format!("{context} thread {tid}"));
+                }
+                let counts = assert_balanced(&p, &context);
+                for (f, n) in [
+                    ("work", calls),
+                    ("on_signal", handled),
+                    ("handler_fn", handled),
+                    ("leaf", 2 * calls + 100 * handled),
+                ] {
+                    assert_eq!(count_of(&counts, "entry", f), n, "{context}: {f}");
+                    assert_eq!(count_of(&counts, "exit", f), n, "{context}: {f}");
+                }
+            }
+        }
     }
 }

@@ -385,9 +385,17 @@ unsafe fn tail_call(tls: *mut Tls, slot: *mut usize) {
     }
     let top = t.shadow_top - SH_BYTES;
     // SAFETY: top is the newest entry.
-    let (top_ret, top_fn, top_fp) =
-        unsafe { (field(top, SH_RET), field(top, SH_FN), field(top, SH_FP)) };
-    if top_fp != fp {
+    let (top_ret, top_slot, top_fn, top_fp) = unsafe {
+        (
+            field(top, SH_RET),
+            field(top, SH_SLOT),
+            field(top, SH_FN),
+            field(top, SH_FP),
+        )
+    };
+    // Not an entry being pushed (slot 0: this call is a signal handler's, which interrupted
+    // that push) nor a tombstone (slot 1).
+    if top_fp != fp || top_slot <= 1 {
         return;
     }
     // SAFETY: top is the newest entry: popped with its slot zeroed (src/trace.rs, `pop`).
@@ -426,6 +434,9 @@ unsafe extern "C" fn instrfn_aarch64_trace_slow(
         *class = 0;
         // SAFETY: this thread's TLS block.
         let t = unsafe { &*tls };
+        // The frame pointer goes in after the slot here: the slow path runs with every
+        // signal blocked, so no handler on this thread sees the entry in between (the fast
+        // path, which handlers do interrupt, writes it before the slot).
         if let Some(top) = entries(t).next_back()
             // SAFETY: the newest entry.
             && unsafe { field(top, SH_SLOT) } == slot as usize
@@ -440,7 +451,8 @@ unsafe extern "C" fn instrfn_aarch64_trace_slow(
 }
 
 /// The exit trampoline's slow path: finds the returning frame's shadow entry (the newest whose
-/// frame pointer is `fp` and whose slot lies below `cfa`), then
+/// frame pointer is `fp` and whose slot lies below `cfa`, leaving out entries being pushed,
+/// slot 0, whose frame pointer may already be written, and tombstones, slot 1), then
 /// `instrfn_trace_exit_slow(tls, slot)` closes the ones above it, pops it and writes its exit.
 /// Returns the original return address.
 ///
@@ -453,7 +465,9 @@ unsafe extern "C" fn instrfn_aarch64_trace_exit(tls: *mut Tls, cfa: usize, fp: u
     let t = unsafe { &*tls };
     let found = entries(t).rev().find(|&e| {
         // SAFETY: entries of this thread's shadow stack.
-        unsafe { field(e, SH_FP) == fp && field(e, SH_SLOT) < cfa }
+        let slot = unsafe { field(e, SH_SLOT) };
+        // SAFETY: as above.
+        slot > 1 && slot < cfa && unsafe { field(e, SH_FP) } == fp
     });
     match found {
         // SAFETY: per the contract, with the returning frame's slot.
