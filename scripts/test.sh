@@ -18,6 +18,9 @@ packages=(
     musl-tools                                    # musl-gcc for the musl routes
     qemu-user                                     # runs the foreign-architecture tests
     clang                                         # clang -pg fixtures (call-graph tests)
+    libclang-rt-14-dev                            # compiler-rt's XRay runtime (xray-sys route)
+    llvm                                          # llvm-xray reads exported XRay logs
+    valgrind                                      # callgrind: exact reference call counts
     gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu
     g++-aarch64-linux-gnu                         # C++ exceptions under trace mode (aarch64)
     gcc-riscv64-linux-gnu libc6-dev-riscv64-cross binutils-riscv64-linux-gnu
@@ -35,7 +38,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" \
         || die "cannot install ${missing[*]}"
 fi
-for tool in gcc g++ gprof musl-gcc clang qemu-aarch64 qemu-riscv64 qemu-s390x /usr/bin/time \
+for tool in gcc g++ gprof musl-gcc clang llvm-xray valgrind qemu-aarch64 qemu-riscv64 qemu-s390x /usr/bin/time \
             aarch64-linux-gnu-gcc aarch64-linux-gnu-gprof aarch64-linux-gnu-g++ \
             riscv64-linux-gnu-gcc riscv64-linux-gnu-gprof riscv64-linux-gnu-g++ \
             s390x-linux-gnu-gcc s390x-linux-gnu-gprof s390x-linux-gnu-g++; do

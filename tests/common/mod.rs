@@ -495,16 +495,32 @@ pub fn build_instrumented_rust(name: &str, triple: &str, bin: &str) -> PathBuf {
 /// another symbol mangling), in a target directory of its own for each `extra` (builds with
 /// other flags do not invalidate each other).
 pub fn build_instrumented_rust_with(name: &str, triple: &str, bin: &str, extra: &str) -> PathBuf {
-    let target_dir = if extra.is_empty() {
+    let flags = format!("{} {extra}", instrument_flags("mcount"));
+    build_rust_fixture(name, triple, bin, flags.trim(), extra)
+}
+
+/// A fixture built with XRay sleds: `opts` are rustc's `-Zinstrument-xray` options ("always",
+/// "skip-exit", "instruction-threshold=10", ...), spelled by `scripts/instrument-flags xray`;
+/// `extra` RUSTFLAGS follow. A target directory of its own per (opts, extra).
+pub fn build_xray_rust(name: &str, triple: &str, bin: &str, opts: &str, extra: &str) -> PathBuf {
+    let out = run_ok(Command::new(root().join("scripts/instrument-flags")).args(["xray", opts]));
+    let xray = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let flags = format!("{xray} {extra}");
+    build_rust_fixture(name, triple, bin, flags.trim(), &format!("-xray-{opts}-{extra}"))
+}
+
+/// Builds fixture crate `name` for `triple` with nightly and RUSTFLAGS `flags`, in
+/// target/instrfn-fixtures<tag> (`tag` made of its alphanumerics; empty: the default build).
+pub fn build_rust_fixture(name: &str, triple: &str, bin: &str, flags: &str, tag: &str) -> PathBuf {
+    let target_dir = if tag.is_empty() {
         root().join("target/instrfn-fixtures")
     } else {
-        let tag: String = extra
+        let tag: String = tag
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
             .collect();
         root().join(format!("target/instrfn-fixtures{tag}"))
     };
-    let flags = format!("{} {extra}", instrument_flags("mcount"));
     let manifest = fixture(name).join("Cargo.toml");
     let mut cmd = Command::new("cargo");
     cmd.arg("+nightly")
@@ -519,7 +535,7 @@ pub fn build_instrumented_rust_with(name: &str, triple: &str, bin: &str, extra: 
         .arg(&manifest)
         .arg("--target-dir")
         .arg(&target_dir)
-        .env("RUSTFLAGS", flags.trim())
+        .env("RUSTFLAGS", flags)
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .env_remove("RUSTC")
         .env_remove("RUSTC_WRAPPER")
