@@ -148,8 +148,11 @@ fn histogram_seconds_match_cpu_time() {
         let flat = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
         let total = flat.total_seconds();
         let hot = flat.entries.get("hot").map_or(0.0, |e| e.self_seconds);
+        // The timer expires on the kernel's tick-sampled user time, getrusage reports the
+        // precise runtime split by those samples: on a loaded 2-core machine (parallel builds)
+        // they were seen 13 % apart; a wrong rate or a stopped timer is off by far more.
         assert!(
-            (total - cpu).abs() <= 0.1 * cpu,
+            (total - cpu).abs() <= 0.2 * cpu,
             "{link:?}: gprof total {total} s vs user CPU time {cpu} s\n{}",
             flat.text
         );
