@@ -50,6 +50,9 @@ static TID: AtomicI32 = AtomicI32::new(0);
 static STACK: AtomicUsize = AtomicUsize::new(0);
 /// Set at the end of the trace: the collector prepares nothing more.
 static STOP: AtomicBool = AtomicBool::new(false);
+/// 1 while the collector prepares a chunk that is not in the pool yet (the end of the trace
+/// waits for it: a chunk prepared as the process exits would keep its blocks).
+static BUSY: AtomicU32 = AtomicU32::new(0);
 /// Chunks the threads took from the pool, and chunks they had to prepare themselves.
 static PREPARED: AtomicU64 = AtomicU64::new(0);
 /// Chunks the threads took, from the pool or made themselves.
@@ -453,7 +456,15 @@ extern "C" fn collector_main(_: usize) -> ! {
                 if r.load(Ordering::Relaxed) != 0 {
                     continue;
                 }
+                // BUSY before STOP is read, STOP before BUSY is (`finish`): either this sees
+                // the end, or the end waits for this chunk to be in the pool or given back.
+                BUSY.store(1, Ordering::SeqCst);
+                if STOP.load(Ordering::SeqCst) {
+                    idle();
+                    break;
+                }
                 let Some((base, offset)) = crate::trace::new_chunk() else {
+                    idle();
                     break;
                 };
                 READY_OFFSET[i].store(offset, Ordering::Relaxed);
@@ -462,6 +473,7 @@ extern "C" fn collector_main(_: usize) -> ! {
                     // The trace ended meanwhile: whoever swaps the chunk out gives it back.
                     discard(i);
                 }
+                idle();
             }
         }
         futex(
@@ -471,6 +483,12 @@ extern "C" fn collector_main(_: usize) -> ! {
             &second as *const libc::timespec as usize,
         );
     }
+}
+
+/// The collector holds no chunk outside the pool any more: wakes an end of the trace waiting.
+fn idle() {
+    BUSY.store(0, Ordering::SeqCst);
+    futex(&BUSY, libc::FUTEX_WAKE, 1, 0);
 }
 
 /// Gives back ready chunk `i` if it is still there: its blocks freed, its mapping gone.
@@ -567,6 +585,24 @@ fn wake() {
 /// file).
 pub fn finish() -> (i32, u64, u64, u64) {
     STOP.store(true, Ordering::SeqCst);
+    // A chunk being prepared goes into the pool (discarded below) or is given back by the
+    // collector itself; waited for at most 20 ms (a collector stopped in a debugger, say,
+    // only costs its chunk's blocks).
+    let slice = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 2_000_000,
+    };
+    for _ in 0..10 {
+        if BUSY.load(Ordering::SeqCst) == 0 {
+            break;
+        }
+        futex(
+            &BUSY,
+            libc::FUTEX_WAIT,
+            1,
+            &slice as *const libc::timespec as usize,
+        );
+    }
     for i in 0..POOL {
         discard(i);
     }
@@ -609,6 +645,7 @@ pub fn finish() -> (i32, u64, u64, u64) {
 /// parent's file (the child's mappings of them go, the blocks stay the parent's).
 pub fn after_fork() {
     TID.store(0, Ordering::Relaxed);
+    BUSY.store(0, Ordering::Relaxed);
     let chunk = crate::trace::chunk_bytes();
     for r in READY.iter().chain(RETIRE.iter()) {
         let base = r.swap(0, Ordering::Relaxed);
