@@ -148,11 +148,12 @@ fn histogram_seconds_match_cpu_time() {
         let flat = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
         let total = flat.total_seconds();
         let hot = flat.entries.get("hot").map_or(0.0, |e| e.self_seconds);
-        // The timer expires on the kernel's tick-sampled user time, getrusage reports the
-        // precise runtime split by those samples: on a loaded 2-core machine (parallel builds)
-        // they were seen 13 % apart; a wrong rate or a stopped timer is off by far more.
+        // The timer expires on the kernel's tick-sampled user time (task_cputime), getrusage
+        // reports the precise runtime split by those samples. Unloaded they agree within a few
+        // per cent; on a loaded 2-core machine (parallel builds) the ticks missed 13-25 % of
+        // the thread's time. More samples than CPU time, or a wrong rate, is a defect.
         assert!(
-            (total - cpu).abs() <= 0.2 * cpu,
+            total <= 1.1 * cpu && total >= 0.6 * cpu,
             "{link:?}: gprof total {total} s vs user CPU time {cpu} s\n{}",
             flat.text
         );
