@@ -167,3 +167,13 @@ fn publish_table() -> Result<(), Error> {
         Ok(())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn install_without_sleds_says_so() {
+        // This test binary is not built with -Zinstrument-xray.
+        assert_eq!(super::install(), Err(super::Error::NoSleds));
+        assert!(super::handler_address().is_some());
+    }
+}

@@ -677,3 +677,118 @@ fn set_index_aside(syms: &Symbols, map: Option<SledMap>, functions: usize) -> bo
     lock.store(0, Ordering::Release);
     ok
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sled map of version-2 entries in `buf` (8-byte aligned): `sleds` as (function index,
+    /// kind), function i at address 0x1000 * (i + 1) + base of nothing (any distinct values).
+    fn sled_map_in(buf: &mut [u64], sleds: &[(usize, u8)]) -> (SledMap, Vec<usize>) {
+        let start = buf.as_ptr() as usize;
+        let fns: Vec<usize> = (0..8).map(|i| 0x7000_0000 + 0x1000 * i).collect();
+        for (i, &(f, kind)) in sleds.iter().enumerate() {
+            let e = start + i * SLED_ENTRY_SIZE;
+            let w = &mut buf[i * 4..i * 4 + 4];
+            // address and function relative to their own fields
+            w[0] = (fns[f] + 16).wrapping_sub(e) as u64;
+            w[1] = fns[f].wrapping_sub(e + 8) as u64;
+            w[2] = u64::from(kind) | 1 << 8 | 2 << 16; // kind, always, version 2
+            w[3] = 0;
+        }
+        (
+            SledMap {
+                start,
+                entries: sleds.len(),
+            },
+            fns,
+        )
+    }
+
+    const SLEDS: [(usize, u8); 6] = [(0, 0), (0, 1), (3, 0), (3, 2), (3, 1), (1, 0)];
+
+    #[test]
+    fn walk_numbers_functions_as_compiler_rt() {
+        let mut buf = vec![0u64; 4 * SLEDS.len()];
+        let (map, fns) = sled_map_in(&mut buf, &SLEDS);
+        assert_eq!(map.function_addresses(), vec![fns[0], fns[3], fns[1]]);
+        let s = map.get(3).unwrap();
+        assert_eq!(
+            (
+                s.function,
+                s.address,
+                s.kind,
+                s.always_instrument,
+                s.version
+            ),
+            (fns[3], fns[3] + 16, SledKind::Tail, true, 2)
+        );
+        assert_eq!(map.get(6), None);
+    }
+
+    /// Symbols for `map` with an index of `entries` (two words each) in `idx`.
+    fn syms(map: SledMap, idx: &[u64]) -> Symbols {
+        Symbols {
+            instr_map_start: map.start,
+            instr_map_stop: map.start + map.entries * SLED_ENTRY_SIZE,
+            fn_idx_start: idx.as_ptr() as usize,
+            fn_idx_stop: idx.as_ptr() as usize + idx.len() * 8,
+            ..Symbols::default()
+        }
+    }
+
+    #[test]
+    fn index_formats_are_told_apart() {
+        let mut buf = vec![0u64; 4 * SLEDS.len()];
+        let (map, _) = sled_map_in(&mut buf, &SLEDS);
+        let at = |i: usize| (map.start + i * SLED_ENTRY_SIZE) as u64;
+        // Functions' runs of sleds: [0, 2), [2, 5), [5, 6).
+        let runs = [(0, 2), (2, 5), (5, 6)];
+        let absolute: Vec<u64> = runs.iter().flat_map(|&(b, e)| [at(b), at(e)]).collect();
+        assert_eq!(
+            read_format(&syms(map, &absolute), Some(map)),
+            IndexFormat::Absolute
+        );
+        let mut relative = vec![0u64; 6];
+        let base = relative.as_ptr() as usize;
+        for (i, &(b, e)) in runs.iter().enumerate() {
+            relative[2 * i] = at(b).wrapping_sub((base + 16 * i) as u64);
+            relative[2 * i + 1] = (e - b) as u64;
+        }
+        assert_eq!(
+            read_format(&syms(map, &relative), Some(map)),
+            IndexFormat::PcRelative
+        );
+        // A count that runs past the map, an entry off a sled boundary.
+        let mut bad = relative.clone();
+        bad[5] = 2;
+        assert_eq!(
+            read_format(&syms(map, &bad), Some(map)),
+            IndexFormat::Unrecognised
+        );
+        let mut bad = absolute.clone();
+        bad[2] += 8;
+        assert_eq!(
+            read_format(&syms(map, &bad), Some(map)),
+            IndexFormat::Unrecognised
+        );
+        assert_eq!(read_format(&syms(map, &[]), Some(map)), IndexFormat::None);
+    }
+
+    #[test]
+    fn a_binary_without_sleds_is_refused_not_crashed() {
+        // This test binary has no XRay instrumentation: compiler-rt does not initialise.
+        assert!(sled_map().is_none());
+        assert_eq!(index_format(), IndexFormat::None);
+        assert_eq!(index_use(), IndexUse::Readable);
+        assert_eq!(max_function_id(), 0);
+        assert!(function_ids().is_empty());
+        assert_eq!(function_address(1), None);
+        assert_eq!(patch(), Err(PatchError::NotInitialized));
+        assert_eq!(unpatch(), Err(PatchError::NotInitialized));
+        assert!(patch_function(1).is_err());
+        unsafe extern "C" fn nothing(_: i32, _: raw::XRayEntryType) {}
+        // SAFETY: an empty handler (and it cannot be set: no sleds).
+        assert_eq!(unsafe { set_handler(nothing) }, Err(NotInitialized));
+    }
+}
