@@ -10,8 +10,8 @@
  *
  * and call instrfn_xray_install() once, before the code to trace runs: from a constructor it
  * sees main's entry too. It numbers functions with compiler-rt's __xray_function_address, which
- * reads clang's function index: right for clang up to 16 with its own compiler-rt (for a rustc
- * binary, use the instrfn-xray crate, which reads the sled map itself). */
+ * reads clang's function index: right when clang and compiler-rt are of one release (tested:
+ * clang 14); for a rustc binary use the instrfn-xray crate, which reads the sled map itself. */
 #ifndef INSTRFN_XRAY_H
 #define INSTRFN_XRAY_H
 

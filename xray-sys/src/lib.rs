@@ -17,20 +17,22 @@
 //!   function index (`xray_fn_idx`) the executable carries.
 //!
 //! ## The function index
-//! LLVM 17 and later write each `xray_fn_idx` entry as (start of the function's sleds relative
-//! to the entry, number of sleds); earlier LLVMs, and the compiler-rt they come with
-//! (Debian 12's is 14), use (absolute begin, absolute end). compiler-rt 14 reading a binary of
-//! today's rustc (LLVM 22) takes the relative start for an address: `__xray_function_address`,
-//! `__xray_patch_function` and `__xray_unpatch_function` fault (SIGSEGV). Patching everything
-//! (`__xray_patch`) walks the sled map instead and is not affected. The wrappers here detect
-//! the index's format from the data before the first call that reads it. Where it is not the
-//! one compiler-rt reads they take the index out of compiler-rt's copy of the sled map (its
-//! `XRayInstrMap`, whose layout is checked against the sections first), so that compiler-rt
-//! finds each function's sleds by walking the map, as it does for binaries built with
-//! `-C llvm-args=-xray-function-index=false`: per-function patching then works, in time
-//! linear in the number of sleds. If that layout cannot be confirmed (another compiler-rt),
-//! [`function_address`] computes addresses from the sled map itself, and per-function patching
-//! returns [`PatchError::IndexUnreadable`] instead of crashing.
+//! Newer LLVMs (today's rustc uses LLVM 22) write each `xray_fn_idx` entry as (start of the
+//! function's sleds relative to the entry, number of sleds); older ones, and the compiler-rt
+//! they come with (Debian 12's is 14), use (absolute begin, absolute end). compiler-rt 14
+//! reading a binary of today's rustc takes the relative start for an address:
+//! `__xray_function_address`, `__xray_patch_function` and `__xray_unpatch_function` fault
+//! (SIGSEGV). Patching everything (`__xray_patch`) walks the sled map instead and is not
+//! affected. The wrappers here read the index's format from its entries before the first call
+//! that uses it. Unless it is known to be one compiler-rt reads (absolute entries with a
+//! compiler-rt before 17), they take the index out of compiler-rt's copy of the sled map (its
+//! `XRayInstrMap`, whose four words are checked against the sections first), so that
+//! compiler-rt finds each function's sleds by walking the map, as it does for binaries built
+//! with `-C llvm-args=-xray-function-index=false`: per-function patching then works, in time
+//! linear in the number of sleds. Where that copy cannot be checked (another compiler-rt),
+//! PC-relative entries are trusted to a compiler-rt of 17 or later; otherwise
+//! [`function_address`] computes addresses from the sled map itself, and per-function
+//! patching returns [`PatchError::IndexUnreadable`] instead of crashing.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
@@ -109,7 +111,7 @@ pub mod raw {
         /// Puts every sled back to its nops.
         pub fn __xray_unpatch() -> XRayPatchingStatus;
         /// Patches the sleds of function `id` (1-based). Reads `xray_fn_idx`: see the crate
-        /// documentation before calling it on a binary of LLVM 17 or later.
+        /// documentation before calling it on a binary of a newer LLVM than compiler-rt's.
         pub fn __xray_patch_function(id: i32) -> XRayPatchingStatus;
         /// Unpatches the sleds of function `id`. Reads `xray_fn_idx` as above.
         pub fn __xray_unpatch_function(id: i32) -> XRayPatchingStatus;
@@ -493,11 +495,11 @@ pub enum IndexFormat {
     /// No index (`-C llvm-args=-xray-function-index=false`, or no sleds): compiler-rt walks
     /// the sled map.
     None,
-    /// (absolute begin, absolute end) per function: LLVM up to 16, what compiler-rt up to 16
-    /// reads.
+    /// (absolute begin, absolute end) per function: older LLVMs (clang 14), what compiler-rt
+    /// 14 reads.
     Absolute,
-    /// (start relative to the entry itself, sled count) per function: LLVM 17 and later
-    /// (today's rustc).
+    /// (start relative to the entry itself, sled count) per function: newer LLVMs (today's
+    /// rustc, LLVM 22).
     PcRelative,
     /// Neither reading fits every entry.
     Unrecognised,
@@ -571,14 +573,9 @@ impl State {
     }
 }
 
-/// The format compiler-rt's version reads (the clang the build script found).
-fn crt_format() -> IndexFormat {
-    let major: u32 = env!("XRAY_SYS_CLANG_MAJOR").parse().unwrap_or(0);
-    if major >= 17 {
-        IndexFormat::PcRelative
-    } else {
-        IndexFormat::Absolute
-    }
+/// The major version of the clang whose compiler-rt is linked (0 if unknown).
+fn crt_major() -> u32 {
+    env!("XRAY_SYS_CLANG_MAJOR").parse().unwrap_or(0)
 }
 
 fn state() -> &'static State {
@@ -591,10 +588,17 @@ fn state() -> &'static State {
         let map = sled_map();
         let functions = map.map(|m| m.function_addresses()).unwrap_or_default();
         let format = read_format(&syms, map);
-        let index_use = if format == IndexFormat::None || format == crt_format() {
+        // compiler-rt 14 reads absolute entries; newer ones read PC-relative entries (the
+        // version where that changed is only trusted when there is nothing to check: walking
+        // the map is right for every version whose map can be checked).
+        let index_use = if format == IndexFormat::None
+            || (format == IndexFormat::Absolute && (1..17).contains(&crt_major()))
+        {
             IndexUse::Readable
         } else if set_index_aside(&syms, map, functions.len()) {
             IndexUse::SetAside
+        } else if format == IndexFormat::PcRelative && crt_major() >= 17 {
+            IndexUse::Readable
         } else {
             IndexUse::Unreadable
         };
@@ -790,5 +794,17 @@ mod tests {
         unsafe extern "C" fn nothing(_: i32, _: raw::XRayEntryType) {}
         // SAFETY: an empty handler (and it cannot be set: no sleds).
         assert_eq!(unsafe { set_handler(nothing) }, Err(NotInitialized));
+    }
+
+    #[test]
+    fn modes_are_linked_with_their_features() {
+        // Whole archive: each mode's registration runs at start-up (even with no sleds).
+        let registered = |m: &CStr| log_select_mode(m) == Ok(());
+        assert_eq!(registered(c"xray-basic"), cfg!(feature = "basic"));
+        assert_eq!(registered(c"xray-fdr"), cfg!(feature = "fdr"));
+        assert_eq!(
+            log_select_mode(c"no-such-mode"),
+            Err(raw::XRAY_MODE_NOT_FOUND)
+        );
     }
 }
