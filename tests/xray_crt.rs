@@ -390,6 +390,19 @@ fn c_fixture_traced_through_compiler_rt_exact_counts() {
             .args(["-lpthread", "-ldl", "-o"])
             .arg(&exe),
     );
+    // logged's entry is an argument-logging sled (compiler-rt calls the handler with type 3).
+    require_tool("llvm-xray");
+    let map = run_ok(
+        Command::new("llvm-xray")
+            .args(["extract", "--symbolize"])
+            .arg(&exe),
+    );
+    let map = String::from_utf8_lossy(&map.stdout);
+    assert!(
+        map.lines()
+            .any(|l| l.contains("function-name: logged") && l.contains("kind: log-args-enter")),
+        "{map}"
+    );
     let (t, n) = (THREADS.to_string(), ROUNDS.to_string());
     let plain = run_ok(Command::new(&exe).args([&t, &n]).current_dir(&dir));
     let calls = THREADS * ROUNDS;
@@ -428,6 +441,7 @@ fn c_fixture_traced_through_compiler_rt_exact_counts() {
             ("work_a", calls),
             ("relay", calls),
             ("work_c", calls),
+            ("logged", calls),
             ("report", 1),
         ] {
             assert_eq!(count_of(&counts, "entry", f), expected, "{context}: {f}");
@@ -436,7 +450,10 @@ fn c_fixture_traced_through_compiler_rt_exact_counts() {
         let others: Vec<_> = counts
             .keys()
             .filter(|(_, f)| {
-                !["main", "worker", "work_a", "relay", "work_c", "report"].contains(&f.as_str())
+                ![
+                    "main", "worker", "work_a", "relay", "work_c", "logged", "report",
+                ]
+                .contains(&f.as_str())
             })
             .collect();
         assert!(others.is_empty(), "{context}: other events: {others:?}");

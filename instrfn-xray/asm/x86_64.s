@@ -38,7 +38,8 @@ instrfn_xray_table:
     .popsection
 
 # instrfn_xray_handler(int32_t id, XRayEntryType type): %edi = function id (1-based),
-#   %esi = type (0 entry, 1 exit, 2 tail exit; any other type is ignored).
+#   %esi = type (0 entry, 1 exit, 2 tail exit, 3 entry of a function that logs its argument;
+#   any other type is ignored).
 #   An ordinary C function to its caller (compiler-rt's trampoline, which saves the
 #   instrumented code's registers around the call): clobbers rax, rdi, rsi and the flags, all
 #   caller-saved; __cyg_profile_func_enter/_exit preserve every register. Touches no stack:
@@ -60,9 +61,11 @@ instrfn_xray_handler:
     jz 1f
     testl %esi, %esi
     jz 2f                                       # 0: entry
-    cmpl $2, %esi
-    ja 1f                                       # not 1 (exit) or 2 (tail exit): ignored
-    xorl %esi, %esi                             # call_site = 0
+    cmpl $3, %esi
+    je 2f                                       # 3: entry of an xray_log_args function (no
+                                                # arg1 handler set: compiler-rt calls this one)
+    ja 1f                                       # custom and typed events: ignored
+    xorl %esi, %esi                             # 1 exit, 2 tail exit; call_site = 0
     jmp __cyg_profile_func_exit@PLT
 2:  xorl %esi, %esi
     jmp __cyg_profile_func_enter@PLT

@@ -807,4 +807,34 @@ mod tests {
             Err(raw::XRAY_MODE_NOT_FOUND)
         );
     }
+
+    #[test]
+    fn index_is_set_aside_only_from_a_map_that_matches() {
+        let mut buf = vec![0u64; 4 * SLEDS.len()];
+        let (map, _) = sled_map_in(&mut buf, &SLEDS);
+        let idx = [0u64; 6];
+        for (matching, done) in [(true, true), (false, false)] {
+            let mut crt = [
+                map.start,
+                map.entries,
+                idx.as_ptr() as usize,
+                if matching { 3 } else { 4 },
+            ];
+            let mut lock = [0u8];
+            let before = crt;
+            let s = Symbols {
+                crt_sled_map: crt.as_mut_ptr() as usize,
+                crt_sled_map_lock: lock.as_mut_ptr() as usize,
+                ..syms(map, &idx)
+            };
+            assert_eq!(set_index_aside(&s, Some(map), 3), done);
+            let after = crt;
+            if done {
+                assert_eq!(after, [before[0], before[1], 0, 3]);
+            } else {
+                assert_eq!(after, before);
+            }
+            assert_eq!(lock[0], 0, "the lock is released");
+        }
+    }
 }
