@@ -75,7 +75,8 @@ fn dump_counts_allowing(
     (counts, orphan_exits)
 }
 
-/// The entries and exits of the one function whose raw (mangled) name contains `part`.
+/// The entries and exits of the one function whose raw (mangled, v0) name ends with `part`
+/// (`8xray_app6work_a` for `xray_app::work_a`).
 fn entries_exits(
     counts: &BTreeMap<(String, String), u64>,
     part: &str,
@@ -83,7 +84,7 @@ fn entries_exits(
 ) -> (u64, u64) {
     let names: Vec<&String> = counts
         .keys()
-        .filter(|(_, n)| n.contains(part))
+        .filter(|(_, n)| n.ends_with(part))
         .map(|(_, n)| n)
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
@@ -214,6 +215,56 @@ fn rust_fixture_traced_through_compiler_rt_exact_counts() {
         }
         assert_eq!(without_entry, 3, "{context}: report's exits without entry");
     }
+}
+
+#[test]
+fn rust_fixture_installed_before_main_is_balanced() {
+    // install_before_main!: the handler is set and every sled patched from a constructor, with
+    // no Rust frame running: every call is an entry and an exit, main's and std's included.
+    let exe = build_xray_rust("xray-app", X86_64.triple, "xray-app-ctor", "always", "");
+    let dir = workdir("xray-crt-ctor");
+    let (t, n) = (THREADS.to_string(), ROUNDS.to_string());
+    let trace = dir.join("trace");
+    let out = run_ok(
+        Command::new(&exe)
+            .args([&t, &n])
+            .env("INSTRFN_MODE", "trace")
+            .env("INSTRFN_OUTPUT", &trace)
+            .current_dir(&dir),
+    );
+    let plain = run_ok(Command::new(&exe).args([&t, &n]).current_dir(&dir));
+    assert_eq!(out.stdout, plain.stdout, "the program's output");
+    let procs = instrfn_dump(&trace);
+    assert_eq!(procs.len(), 1);
+    assert_eq!(procs[0].lost, 0);
+    let counts = assert_balanced(&procs[0], "xray-app-ctor");
+    let calls = THREADS * ROUNDS;
+    for (f, expected) in [
+        ("13xray_app_ctor4main", 1),
+        ("13xray_app_ctor6worker", THREADS),
+        ("13xray_app_ctor6work_a", calls),
+        ("13xray_app_ctor5relay", calls),
+        ("13xray_app_ctor6work_c", calls),
+    ] {
+        assert_eq!(
+            entries_exits(&counts, f, "xray-app-ctor"),
+            (expected, expected),
+            "{f}"
+        );
+    }
+    // std's start-up code instantiated in the crate ran after the constructor: traced too.
+    assert!(
+        counts
+            .keys()
+            .any(|(k, n)| k == "entry" && n.contains("10lang_start")),
+        "{counts:?}"
+    );
+    assert!(
+        !counts.keys().any(|(_, n)| n.contains("instrfn")),
+        "{counts:?}"
+    );
+    let (_, without_entry) = report(&trace);
+    assert_eq!(without_entry, 0);
 }
 
 #[test]

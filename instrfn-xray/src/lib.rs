@@ -4,9 +4,10 @@
 //! `report` and `export` read the result as any other trace.
 //!
 //! ```no_run
-//! // first thing in main:
+//! // at the top level of the program's crate: the whole run is traced
+//! instrfn_xray::install_before_main!();
+//! // or, first thing in main (main's own entry is then not in the trace):
 //! instrfn_xray::install().expect("XRay");
-//! // ... the program, traced from here on
 //! ```
 //! Build the program with `RUSTFLAGS=-Zinstrument-xray=always cargo +nightly build --target
 //! <triple>` and run it with `INSTRFN_MODE=trace` (or under `instrfn record`): the runtime is
@@ -94,7 +95,7 @@ impl From<PatchError> for Error {
 /// Functions already running when it is called (`main`, and the start-up code of std that is
 /// instantiated in the program's crate and calls it) had no entry recorded; their exits are
 /// recorded when they return: `instrfn report` counts them as exits without their entry, and
-/// `instrfn dump` shows them. Inlined into its caller, so that no frame of this crate is
+/// `instrfn dump` shows them ([`install_before_main!`] has none). Inlined into its caller, so that no frame of this crate is
 /// running while compiler-rt patches (it would leave such an exit too).
 #[inline(always)]
 pub fn install() -> Result<(), Error> {
@@ -103,6 +104,97 @@ pub fn install() -> Result<(), Error> {
     // index); the handler just set is instrfn's, which has no sleds.
     PatchError::from_status(unsafe { xray_sys::raw::__xray_patch() })?;
     Ok(())
+}
+
+/// Installs instrfn's handler before `main`, from a constructor: the whole run is traced, with
+/// every function's entry and exit, `main`'s and std's start-up code's included. Use it once,
+/// at the top level of the program's crate (not in a library):
+/// ```no_run
+/// instrfn_xray::install_before_main!();
+/// fn main() { /* traced, main included */ }
+/// ```
+/// The constructor sets the handler up, then patches every sled from assembly, with no Rust
+/// frame running. If it cannot, it says why in one line on stderr and the program runs
+/// untraced.
+#[macro_export]
+macro_rules! install_before_main {
+    () => {
+        #[used]
+        #[unsafe(link_section = ".init_array")]
+        static __INSTRFN_XRAY_INSTALL: unsafe extern "C" fn() = $crate::__constructor;
+    };
+}
+
+/// The constructor of [`install_before_main!`]: [`set_handler`] (Rust, before anything is
+/// patched), then `__xray_patch` called from here, so that no Rust frame is running while the
+/// sleds are patched.
+/// ABI here: an ordinary C function (libc's start-up calls it with arguments it ignores).
+#[cfg(target_arch = "x86_64")]
+#[doc(hidden)]
+#[unsafe(naked)]
+pub unsafe extern "C" fn __constructor() {
+    core::arch::naked_asm!(
+        ".cfi_startproc",
+        "subq $8, %rsp",               // 16-byte aligned for the calls
+        ".cfi_adjust_cfa_offset 8",
+        "call {prepare}",
+        "testl %eax, %eax",
+        "jnz 1f",                      // said why
+        "call {patch}",
+        "cmpl ${success}, %eax",
+        "je 1f",
+        "movl %eax, %edi",
+        "call {failed}",               // says why (an instrumented function: traced)
+        "1:",
+        "addq $8, %rsp",
+        ".cfi_adjust_cfa_offset -8",
+        "ret",
+        ".cfi_endproc",
+        prepare = sym constructor_prepare,
+        patch = sym xray_sys::raw::__xray_patch,
+        failed = sym constructor_failed,
+        success = const xray_sys::raw::SUCCESS,
+        options(att_syntax)
+    )
+}
+
+/// Elsewhere there is no handler: the constructor says so.
+#[cfg(not(target_arch = "x86_64"))]
+#[doc(hidden)]
+pub unsafe extern "C" fn __constructor() {
+    constructor_prepare();
+}
+
+/// The constructor's first step: 0 when the handler is set, else 1 after one line on stderr.
+extern "C" fn constructor_prepare() -> i32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        unsafe extern "C" {
+            /// The runtime's load-time constructor (src/runtime.rs): it picks trace mode
+            /// before the first event can reach a fast path.
+            fn instrfn_on_load();
+        }
+        // SAFETY: a guarded entry of the runtime that does its work once, whoever calls it
+        // first; this constructor may run before the runtime's own (the program's crate comes
+        // first in `.init_array`), and then the first events would find trace mode not chosen
+        // yet and be dropped.
+        unsafe { instrfn_on_load() };
+    }
+    match set_handler() {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("instrfn-xray: {e}; the program runs untraced");
+            1
+        }
+    }
+}
+
+/// `__xray_patch` failed in the constructor with `status`.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+extern "C" fn constructor_failed(status: xray_sys::raw::XRayPatchingStatus) {
+    if let Err(e) = PatchError::from_status(status) {
+        eprintln!("instrfn-xray: XRay patching: {e}; the program runs untraced");
+    }
 }
 
 /// Unpatches every sled and removes the handler. Functions running at the time keep their
