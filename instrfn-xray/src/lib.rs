@@ -28,7 +28,9 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+#[cfg(target_arch = "x86_64")]
 use std::sync::OnceLock;
+#[cfg(target_arch = "x86_64")]
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 // The runtime: the handler continues in its __cyg_profile_func_enter/_exit.
@@ -40,6 +42,7 @@ use xray_sys::PatchError;
 core::arch::global_asm!(include_str!("../asm/x86_64.s"), options(att_syntax));
 
 /// `instrfn_xray_table` in asm/x86_64.s: the id -> address table the handler reads.
+#[cfg(target_arch = "x86_64")]
 #[repr(C)]
 struct Table {
     /// `len` addresses, by function id (index 0 unused); written before `len`.
