@@ -1,26 +1,34 @@
 /* Cost per call of compiler-rt's XRay trampolines with instrfn's handler against the same
  * trampolines with an empty handler, on threads.c's hot loop (2 instrumented calls per
- * iteration, one thread), all in one process per mode:
+ * iteration, one thread); with -DMCOUNT the same loop for gcc -pg, traced by instrfn's own
+ * mcount trampolines, for comparison. Prints ns per instrumented call of the loop alone
+ * (start-up and exit excluded: main and the timing code are not instrumented).
  *
  *   clang -O2 -fxray-instrument -fxray-instruction-threshold=1 -I instrfn-xray/c \
  *       scripts/bench/xray-crt-handler.c instrfn-xray/asm/x86_64.s \
  *       target/release/libinstrfn.a -lpthread -ldl -o /tmp/xch
  *   /tmp/xch nops N                            sleds left unpatched (nops)
  *   /tmp/xch empty N                           patched, an empty handler
- *   INSTRFN_MODE=trace INSTRFN_OUTPUT=/tmp/t /tmp/xch instrfn N
- *                                              patched, instrfn's handler, recording
  *   INSTRFN_MODE=trace INSTRFN_START=off /tmp/xch instrfn N
  *                                              instrfn's handler, recording off
+ *   INSTRFN_MODE=trace INSTRFN_OUTPUT=/tmp/t /tmp/xch instrfn N
+ *                                              instrfn's handler, recording every call
  *
- * Prints ns per instrumented call of the loop alone (start-up and exit excluded). The loop's
- * own functions are the only ones patched while it runs: main and the timing code are
- * xray_never_instrument. */
+ *   gcc -O2 -pg -DMCOUNT -c scripts/bench/xray-crt-handler.c -o /tmp/xch-pg.o
+ *   gcc /tmp/xch-pg.o -o /tmp/xch-pg
+ *   LD_PRELOAD=target/release/libinstrfn.so INSTRFN_MODE=trace INSTRFN_OUTPUT=/tmp/t \
+ *       /tmp/xch-pg mcount N                   instrfn's mcount trampolines, recording */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#ifdef MCOUNT
+#define UNTRACED __attribute__((no_instrument_function))
+#else
 #include "instrfn_xray.h"
+#define UNTRACED __attribute__((xray_never_instrument))
+#endif
 
 __attribute__((noinline)) unsigned long work_a(unsigned long x) {
     __asm__ volatile("" : "+r"(x));
@@ -32,20 +40,25 @@ __attribute__((noinline)) unsigned long work_b(unsigned long x) {
     return x ^ 0x5555;
 }
 
-__attribute__((xray_never_instrument)) static void empty(int32_t id, int type) {
+#ifndef MCOUNT
+UNTRACED static void empty(int32_t id, int type) {
     (void)id;
     (void)type;
 }
+#endif
 
-__attribute__((xray_never_instrument)) static double now(void) {
+UNTRACED static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
-__attribute__((xray_never_instrument)) int main(int argc, char **argv) {
+UNTRACED int main(int argc, char **argv) {
     if (argc != 3) return 2;
     long n = atol(argv[2]);
+#ifdef MCOUNT
+    if (strcmp(argv[1], "mcount") != 0) return 2;
+#else
     if (strcmp(argv[1], "empty") == 0) {
         if (__xray_set_handler(empty) != 1 || __xray_patch() != 1) return 3;
     } else if (strcmp(argv[1], "instrfn") == 0) {
@@ -53,6 +66,7 @@ __attribute__((xray_never_instrument)) int main(int argc, char **argv) {
     } else if (strcmp(argv[1], "nops") != 0) {
         return 2;
     }
+#endif
     unsigned long acc = 0;
     double t0 = now();
     for (long i = 0; i < n; i++) {
