@@ -2,7 +2,7 @@
 //! sleds; instrfn-xray's handler (assembly) turns every entry, exit and tail exit into events
 //! of instrfn's trace rings, read back with `instrfn dump` / `instrfn report`.
 //!
-//! - a Rust fixture (tests/fixtures/xray-app) built entirely with `-Zinstrument-xray=always`,
+//! - a Rust fixture (tests/fixtures/xray-crt) built entirely with `-Zinstrument-xray=always`,
 //!   instrfn and the handler's crate included: exact counts at 4 threads, demangled names,
 //!   output unchanged, the runtime's own (instrumented, patched) code recording nothing;
 //! - a C fixture (tests/fixtures/c/xray_crt.c) built with clang `-fxray-instrument`, compiler-rt
@@ -26,8 +26,8 @@ const THREADS: u64 = 4;
 const ROUNDS: u64 = 5000;
 
 /// The Rust fixture, built with every crate instrumented (`-Zinstrument-xray=always`).
-fn xray_app() -> PathBuf {
-    build_xray_rust("xray-app", X86_64.triple, "xray-app", "always", "")
+fn xray_crt() -> PathBuf {
+    build_xray_rust("xray-crt", X86_64.triple, "xray-crt", "always", "")
 }
 
 /// Runs `instrfn dump` on `dir` and checks its one process: per thread, every exit closes the
@@ -76,7 +76,7 @@ fn dump_counts_allowing(
 }
 
 /// The entries and exits of the one function whose raw (mangled, v0) name ends with `part`
-/// (`8xray_app6work_a` for `xray_app::work_a`).
+/// (`8xray_crt6work_a` for `xray_crt::work_a`).
 fn entries_exits(
     counts: &BTreeMap<(String, String), u64>,
     part: &str,
@@ -127,14 +127,14 @@ fn report(dir: &Path) -> (BTreeMap<String, u64>, u64) {
 /// itself and std's start-up code that is instantiated in the fixture's crate (so it has
 /// sleds). Their exits come without entries.
 const STARTUP_FRAMES: [&str; 3] = [
-    "8xray_app4main",
+    "8xray_crt4main",
     "10lang_start",
     "__rust_begin_short_backtrace",
 ];
 
 #[test]
 fn rust_fixture_traced_through_compiler_rt_exact_counts() {
-    let exe = xray_app();
+    let exe = xray_crt();
     let dir = workdir("xray-crt-rust");
     let (t, n) = (THREADS.to_string(), ROUNDS.to_string());
     let plain = run_ok(Command::new(&exe).args(["plain", &t, &n]).current_dir(&dir));
@@ -162,7 +162,7 @@ fn rust_fixture_traced_through_compiler_rt_exact_counts() {
                     .current_dir(&dir),
             )
         };
-        let context = format!("xray-app under {how}");
+        let context = format!("xray-crt under {how}");
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&plain.stdout),
@@ -170,11 +170,11 @@ fn rust_fixture_traced_through_compiler_rt_exact_counts() {
         );
         let (counts, orphans) = dump_counts_allowing(&trace, &STARTUP_FRAMES, &context);
         for (f, expected) in [
-            ("8xray_app6worker", THREADS),
-            ("8xray_app6work_a", calls),
+            ("8xray_crt6worker", THREADS),
+            ("8xray_crt6work_a", calls),
             // relay leaves by a tail call: its exits are tail-exit sleds.
-            ("8xray_app5relay", calls),
-            ("8xray_app6work_c", calls),
+            ("8xray_crt5relay", calls),
+            ("8xray_crt6work_c", calls),
         ] {
             assert_eq!(
                 entries_exits(&counts, f, &context),
@@ -189,7 +189,7 @@ fn rust_fixture_traced_through_compiler_rt_exact_counts() {
             "{context}: {orphans:?}"
         );
         assert!(orphans.values().all(|&n| n == 1), "{context}: {orphans:?}");
-        assert_eq!(entries_exits(&counts, "8xray_app4main", &context), (0, 1));
+        assert_eq!(entries_exits(&counts, "8xray_crt4main", &context), (0, 1));
         // The runtime's own code has sleds too (it is instrumented and patched): it runs with
         // its guard held, so it records nothing, and nothing on the handler's path recursed.
         assert!(
@@ -202,10 +202,10 @@ fn rust_fixture_traced_through_compiler_rt_exact_counts() {
         );
         let (by_name, without_entry) = report(&trace);
         for (f, expected) in [
-            ("xray_app::worker", THREADS),
-            ("xray_app::work_a", calls),
-            ("xray_app::relay", calls),
-            ("xray_app::work_c", calls),
+            ("xray_crt::worker", THREADS),
+            ("xray_crt::work_a", calls),
+            ("xray_crt::relay", calls),
+            ("xray_crt::work_c", calls),
         ] {
             assert_eq!(
                 by_name.get(f),
@@ -221,7 +221,7 @@ fn rust_fixture_traced_through_compiler_rt_exact_counts() {
 fn rust_fixture_installed_before_main_is_balanced() {
     // install_before_main!: the handler is set and every sled patched from a constructor, with
     // no Rust frame running: every call is an entry and an exit, main's and std's included.
-    let exe = build_xray_rust("xray-app", X86_64.triple, "xray-app-ctor", "always", "");
+    let exe = build_xray_rust("xray-crt", X86_64.triple, "xray-crt-ctor", "always", "");
     let dir = workdir("xray-crt-ctor");
     let (t, n) = (THREADS.to_string(), ROUNDS.to_string());
     let trace = dir.join("trace");
@@ -237,17 +237,17 @@ fn rust_fixture_installed_before_main_is_balanced() {
     let procs = instrfn_dump(&trace);
     assert_eq!(procs.len(), 1);
     assert_eq!(procs[0].lost, 0);
-    let counts = assert_balanced(&procs[0], "xray-app-ctor");
+    let counts = assert_balanced(&procs[0], "xray-crt-ctor");
     let calls = THREADS * ROUNDS;
     for (f, expected) in [
-        ("13xray_app_ctor4main", 1),
-        ("13xray_app_ctor6worker", THREADS),
-        ("13xray_app_ctor6work_a", calls),
-        ("13xray_app_ctor5relay", calls),
-        ("13xray_app_ctor6work_c", calls),
+        ("13xray_crt_ctor4main", 1),
+        ("13xray_crt_ctor6worker", THREADS),
+        ("13xray_crt_ctor6work_a", calls),
+        ("13xray_crt_ctor5relay", calls),
+        ("13xray_crt_ctor6work_c", calls),
     ] {
         assert_eq!(
-            entries_exits(&counts, f, "xray-app-ctor"),
+            entries_exits(&counts, f, "xray-crt-ctor"),
             (expected, expected),
             "{f}"
         );
@@ -273,7 +273,7 @@ fn runtime_code_has_sleds_and_the_handler_path_none() {
     // (so compiler-rt patched them, and they called the handler with the runtime's guard
     // held), and none in the handler or the runtime entry point it continues in.
     require_tool("llvm-xray");
-    let exe = xray_app();
+    let exe = xray_crt();
     let out = run_ok(
         Command::new("llvm-xray")
             .arg("extract")
@@ -306,7 +306,7 @@ fn runtime_code_has_sleds_and_the_handler_path_none() {
 #[test]
 fn wrappers_cope_with_llvm22_function_index() {
     require_tool("llvm-xray");
-    let exe = xray_app();
+    let exe = xray_crt();
     let dir = workdir("xray-crt-wrappers");
     // compiler-rt 14's own __xray_function_address reads the relative index as absolute
     // pointers: the fault the wrappers exist for.
@@ -382,11 +382,11 @@ fn wrappers_cope_with_llvm22_function_index() {
     // patched for K calls of work_a and K of work_b, then unpatched for K more of work_a.
     let (counts, _) = dump_counts_allowing(&trace, &[], "wrappers");
     assert_eq!(
-        entries_exits(&counts, "8xray_app6work_a", "wrappers"),
+        entries_exits(&counts, "8xray_crt6work_a", "wrappers"),
         (K, K)
     );
     assert!(
-        !counts.keys().any(|(_, n)| !n.contains("8xray_app6work_a")),
+        !counts.keys().any(|(_, n)| !n.contains("8xray_crt6work_a")),
         "only work_a was patched: {counts:?}"
     );
 }
@@ -394,7 +394,7 @@ fn wrappers_cope_with_llvm22_function_index() {
 #[test]
 fn uninstall_stops_and_install_resumes() {
     // install, worker(N), uninstall, worker(N), install, worker(N): two workers' events.
-    let exe = xray_app();
+    let exe = xray_crt();
     let dir = workdir("xray-crt-cycle");
     let trace = dir.join("trace");
     run_ok(
@@ -405,13 +405,13 @@ fn uninstall_stops_and_install_resumes() {
             .current_dir(&dir),
     );
     let (counts, _) = dump_counts_allowing(&trace, &STARTUP_FRAMES, "cycle");
-    assert_eq!(entries_exits(&counts, "8xray_app6worker", "cycle"), (2, 2));
+    assert_eq!(entries_exits(&counts, "8xray_crt6worker", "cycle"), (2, 2));
     assert_eq!(
-        entries_exits(&counts, "8xray_app6work_a", "cycle"),
+        entries_exits(&counts, "8xray_crt6work_a", "cycle"),
         (2000, 2000)
     );
     assert_eq!(
-        entries_exits(&counts, "8xray_app6work_c", "cycle"),
+        entries_exits(&counts, "8xray_crt6work_c", "cycle"),
         (2000, 2000)
     );
 }
