@@ -79,4 +79,8 @@ GMON_OUT_PREFIX=target/bench-gmon cargo bench --locked --bench trampoline -- --t
 # -- Tests ----------------------------------------------------------------------------------
 say "running the tests"
 cargo test --release --locked -- --test-threads=2
+# The compiler-rt XRay packages are not default members (they need clang and compiler-rt):
+# their own tests (tests/xray_crt.rs, above, builds the fixture that links them).
+cargo test --release --locked -p xray-sys -p instrfn-xray -- --test-threads=2
+cargo test --release --locked -p xray-sys --features basic,fdr   # the modes link and register
 say "all tests passed"
