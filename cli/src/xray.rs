@@ -336,14 +336,25 @@ pub fn write(
         ));
     }
     sink.write_bytes(&buf)?;
-    let (calls, functions) = ids.iter().fold((0, 0), |(c, f), p| {
-        (c + p.unmapped.values().sum::<u64>(), f + p.unmapped.len())
-    });
+    // Functions left out, each once over all processes: by module and offset in it.
+    let mut functions = std::collections::BTreeSet::new();
+    let mut calls = 0;
+    for pi in &ids {
+        for (&addr, &n) in &pi.unmapped {
+            calls += n;
+            functions.insert(match pi.p.module_of(addr) {
+                Some(m) => (Some(&m.path), addr.wrapping_sub(m.bias)),
+                None => (None, addr),
+            });
+        }
+    }
+    let functions = functions.len();
     let say = |line: String| crate::names::say(&line);
     if calls > 0 {
         say(format!(
-            "instrfn: left out {calls} calls of {functions} functions that {}'s XRay \
+            "instrfn: left out {calls} calls of {functions} function{} that {}'s XRay \
              instrumentation map does not list (shared libraries, functions without sleds)",
+            if functions == 1 { "" } else { "s" },
             map.path.display()
         ));
     }
