@@ -323,6 +323,44 @@ fn c_fixture_counts_read_back_by_llvm_xray() {
         .map(|(f, c)| (f.to_string(), c))
         .collect();
     assert_eq!(account(&bin, &log), outermost, "--depth 1");
+    // A corrupt event (an unknown kind): one line, exit 2, no file.
+    let bad = dir.join("corrupt");
+    let _ = std::fs::remove_dir_all(&bad);
+    std::fs::create_dir_all(&bad).unwrap();
+    for e in std::fs::read_dir(&trace).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), bad.join(e.file_name())).unwrap();
+    }
+    let events = std::fs::read_dir(&bad)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "events"))
+        .unwrap();
+    let mut bytes = std::fs::read(&events).unwrap();
+    // The low byte of the tagged word of the first event of the first chunk written (a chunk
+    // prepared and never used is zero): kind 15.
+    let chunk = bytes
+        .windows(8)
+        .position(|w| w == b"IFNCHNK1")
+        .expect("a chunk");
+    bytes[chunk + 64 + 8] |= 0x0f;
+    std::fs::write(&events, bytes).unwrap();
+    let _ = std::fs::remove_file(&log);
+    let out = export(&bad, &log, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stderr).lines().count(),
+        1,
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stderr).contains("corrupt event"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!log.exists());
+
     // Filters that need a call's end before its entry is written: refused, nothing written.
     let _ = std::fs::remove_file(&log);
     for flag in [["--min-duration", "1us"], ["--time-range", "1ms.."]] {

@@ -31,7 +31,8 @@ pub struct ExportArgs {
     /// Where (default: standard output).
     #[arg(short = 'o', long)]
     pub output: Option<PathBuf>,
-    /// Only the process with this pid (every image it ran).
+    /// Only the process with this pid (every image it ran). `--format xray` needs it when the
+    /// trace holds processes of more than one executable.
     #[arg(long)]
     pub pid: Option<u32>,
     /// Show symbol names as they are in the binary.
