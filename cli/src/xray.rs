@@ -13,7 +13,7 @@
 //! Function ids are those of the executable's instrumentation map (instrfn_trace::xray).
 //! Records are in time order over all threads (the threads' event streams merged by
 //! timestamp, one event per thread in memory at a time), which `llvm-xray account` needs
-//! without `convert --sort`: it drops records older than the first one it saw. Every
+//! without `convert --sort` (it rejects a record that goes back in time). Every
 //! thread's records nest (account and stack match an exit with the newest open entry of its
 //! thread): calls closed by unwinding, or left open under a call that returned (longjmp out of
 //! `-finstrument-functions` code, lost exits), end at the time the trace says they went; calls
@@ -54,34 +54,46 @@ pub fn prepare<'a>(procs: &[&'a Process], a: &ExportArgs) -> Result<Prepared<'a>
                 .into(),
         );
     }
+    // One executable: the same path and the same file (its identity when recorded).
+    let same = |a: &Process, b: &Process| match (&a.exe, &b.exe) {
+        (Some(x), Some(y)) => {
+            x.path == y.path
+                && ((x.build_id.is_some() && x.build_id == y.build_id)
+                    || (x.size, x.mtime_ns, &x.head_hash) == (y.size, y.mtime_ns, &y.head_hash))
+        }
+        _ => false,
+    };
     let first = procs[0];
+    if let Some(other) = procs[1..].iter().find(|p| !same(first, p)) {
+        let exe = |p: &Process| {
+            p.exe.as_ref().map_or("an unknown executable".into(), |e| {
+                e.path.display().to_string()
+            })
+        };
+        return Err(format!(
+            "pid {} ran {} and pid {} ran {}: an XRay log holds the processes of one executable \
+             (llvm-xray reads one instrumentation map): pick one with --pid",
+            first.pid,
+            exe(first),
+            other.pid,
+            exe(other)
+        ));
+    }
     let (map, module) = InstrMap::of_executable(first).map_err(|e| e.to_string())?;
     let mut out = vec![(first, module)];
     for p in &procs[1..] {
-        let same = p.exe.as_ref().is_some_and(|e| {
-            e.path == map.path
-                && first.exe.as_ref().is_some_and(|f| {
-                    (f.build_id.is_some() && f.build_id == e.build_id)
-                        || (f.size, f.mtime_ns, &f.head_hash) == (e.size, e.mtime_ns, &e.head_hash)
-                })
-        });
-        let module = p.modules.iter().find(|m| m.path == map.path);
-        match (same, module) {
-            (true, Some(m)) => out.push((p, m.clone())),
-            _ => {
-                return Err(format!(
-                    "pid {} ran {} and pid {} ran {}: an XRay log holds one executable's \
-                     processes (llvm-xray reads one instrumentation map): pick one with --pid",
-                    first.pid,
-                    map.path.display(),
-                    p.pid,
-                    p.exe.as_ref().map_or("an unknown executable".into(), |e| e
-                        .path
-                        .display()
-                        .to_string())
-                ));
-            }
-        }
+        let module = p
+            .modules
+            .iter()
+            .find(|m| m.path == map.path)
+            .ok_or_else(|| {
+                format!(
+                    "{}: no `module` line for the executable {}",
+                    p.meta_path.display(),
+                    map.path.display()
+                )
+            })?;
+        out.push((p, module.clone()));
     }
     Ok(Prepared { map, procs: out })
 }
