@@ -32,12 +32,33 @@ recorder and XRay's flush at exit are in theirs). "+RSS" is peak RSS over plain'
 
 "ns/call" is the time one call adds on its thread: (t - plain) * min(T, CPUs) / calls.
 
+--xray also adds an XRay table, the workload at --xray-iterations (default 2M), all in one run;
+each row's ns/call is over plain built by the same compiler (gcc -O2 for the -pg rows, clang -O2
+for the XRay rows):
+  (a) empty     compiler-rt's trampolines with an empty handler: clang -fxray-instrument and
+                scripts/bench/xray-empty.c (sets the handler, calls __xray_patch before main);
+                checked first in an untimed run whose handler counts every entry
+  (b) fdr       XRay FDR recording every call, as in --trace; counted with `llvm-xray account`
+  (c) mcount    instrfn's trace mode on the gcc -pg build (LD_PRELOAD); `instrfn dump --summary`
+  (d) native    instrfn patching XRay sleds itself: the clang -fxray-instrument binary linked
+                without any XRay runtime, run with LD_PRELOAD=libinstrfn.so INSTRFN_MODE=trace;
+                the events recorded must be the calls made, else the row fails ("native XRay
+                patching recorded N of M calls") and shows no figure
+  (e) tramp     instrfn's natively patched sleds with recording off (the trampolines alone):
+                fails until the patcher defines its knob (native_trampolines_only_env)
+  (f) sleds     that binary run as it is, sleds unpatched, against clang -O2 without
+                -fxray-instrument: what the nops cost
+  (g) floor     the -pg build with scripts/bench/floor-mcount.S, as in --trace
+Ratios: each row over the floor, over FDR and over compiler-rt's empty handler. A failed row
+makes the script exit with status 1 after printing everything else.
+
 --analysis times the commands that read a trace, on one trace of at least 50M events of the
 workload (2 threads x --analysis-iterations, default 6.25M, x 2 calls x entry and exit),
 recorded by instrfn and by uftrace: `instrfn report` against `uftrace report`, and
 `instrfn export --format chrome` against `uftrace dump --chrome`, in events per second.
 
-Usage: scripts/compare.py [--threads 1,2] [--iterations N] [--runs 3] [--uftrace] [--xray]
+Usage: scripts/compare.py [--threads 1,2] [--iterations N] [--runs 3] [--uftrace]
+                          [--xray [--xray-iterations N]]
                           [--trace [--trace-iterations N]] [--analysis [--analysis-iterations N]]
 """
 
@@ -58,6 +79,9 @@ PRELOAD = os.path.join(ROOT, "target", "release", "libinstrfn.so")
 INSTRFN = os.path.join(ROOT, "target", "release", "instrfn")
 FLOOR = os.path.join(ROOT, "scripts", "bench", "floor-mcount.S")
 XRAY_FDR = os.path.join(ROOT, "scripts", "bench", "xray-fdr.c")
+XRAY_EMPTY = os.path.join(ROOT, "scripts", "bench", "xray-empty.c")
+CLANG = ["clang", "-O2", "-Wno-unknown-attributes"]
+XRAY_FLAGS = ["-fxray-instrument", "-fxray-instruction-threshold=1"]
 
 
 def die(msg):
@@ -128,6 +152,7 @@ def main():
     ap.add_argument("--xray", action="store_true")
     ap.add_argument("--trace", action="store_true")
     ap.add_argument("--trace-iterations", type=int, default=2_000_000)
+    ap.add_argument("--xray-iterations", type=int, default=2_000_000)
     ap.add_argument("--analysis", action="store_true")
     ap.add_argument("--analysis-iterations", type=int, default=6_250_000)
     a = ap.parse_args()
@@ -149,7 +174,7 @@ def main():
             "-fxray-instruction-threshold=1", SOURCE, "-o", exe["xray"], "-lpthread"])
     if a.uftrace or a.trace or a.analysis:
         need("uftrace")
-    if a.trace:
+    if a.trace or a.xray:
         need(INSTRFN)
         need(LLVM_XRAY)
         exe["floor"] = os.path.join(work, "floor")
@@ -158,6 +183,8 @@ def main():
         sh(["clang", "-O2", "-Wno-unknown-attributes", "-fxray-instrument",
             "-fxray-instruction-threshold=1", SOURCE, XRAY_FDR, "-o", exe["xray-fdr"],
             "-lpthread"])
+    if a.xray:
+        build_xray(work, exe)
 
     print(f"workload: T threads x {a.iterations} iterations x 2 instrumented calls; "
           f"best of {a.runs}; {os.cpu_count()} CPUs")
@@ -206,10 +233,15 @@ def main():
         sys.stdout.flush()
     if a.trace:
         trace_table(a, work, exe)
+    failed = []
+    if a.xray:
+        failed = xray_table(a, work, exe)
     if a.analysis:
         need(INSTRFN)
         analysis_table(a, work, exe)
     shutil.rmtree(work)
+    if failed:
+        die("failed rows:\n  " + "\n  ".join(failed))
 
 
 def best_of(runs, args, cwd, stdout=None):
@@ -322,6 +354,150 @@ def trace_table(a, work, exe):
               f"instrfn/uftrace {ns['instrfn'] / ns['uftrace']:.2f}, "
               f"instrfn/xray-fdr {ns['instrfn'] / ns['xray']:.2f}")
         sys.stdout.flush()
+
+
+def build_xray(work, exe):
+    """The XRay table's builds of the workload (see the module's doc)."""
+    exe["clang-plain"] = os.path.join(work, "clang-plain")
+    sh(CLANG + [SOURCE, "-o", exe["clang-plain"], "-lpthread"])
+    exe["xray-empty"] = os.path.join(work, "xray-empty")
+    sh(CLANG + XRAY_FLAGS + [SOURCE, XRAY_EMPTY, "-o", exe["xray-empty"], "-lpthread"])
+    # Sleds and no runtime: compiled with -fxray-instrument, linked without it (clang links
+    # compiler-rt's XRay runtime only when the link has the flag), like rustc's binaries.
+    obj = os.path.join(work, "threads-xray.o")
+    sh(CLANG + XRAY_FLAGS + ["-c", SOURCE, "-o", obj])
+    exe["xray-sleds"] = os.path.join(work, "xray-sleds")
+    sh(["clang", obj, "-o", exe["xray-sleds"], "-lpthread"])
+    if "xray_instr_map" not in sh(["readelf", "-S", "-W", exe["xray-sleds"]]):
+        die(f"{exe['xray-sleds']} has no xray_instr_map")
+    if "__xray_" in sh(["nm", exe["xray-sleds"]]):
+        die(f"{exe['xray-sleds']} has an XRay runtime linked in")
+
+
+class RowFailed(Exception):
+    """A row that cannot give a true figure (the message says why)."""
+
+
+def native_trampolines_only_env():
+    """The environment that makes instrfn patch XRay sleds to its trampolines with recording
+    off, for row (e). The native patcher defines that knob; until it does there is nothing to
+    measure."""
+    raise RowFailed("instrfn defines no knob yet for natively patched sleds with recording off "
+                    "(set it in native_trampolines_only_env in scripts/compare.py)")
+
+
+def trace_events(trace):
+    """Function events in an instrfn trace directory (0 when nothing was written)."""
+    if not os.path.isdir(trace) or not any(f.endswith(".meta") for f in os.listdir(trace)):
+        return 0
+    line = sh([INSTRFN, "dump", "--summary", trace])
+    m = re.search(r"(\d+) events, .* (\d+) lost", line)
+    if not m:
+        die(f"unexpected summary: {line}")
+    return int(m.group(1))
+
+
+def xray_table(a, work, exe):
+    """The XRay table (see the module's doc); returns the failed rows' messages."""
+    n = a.xray_iterations
+    print()
+    print(f"xray: T threads x {n} iterations x 2 instrumented calls; best of {a.runs}; ns/call "
+          "over plain of the same compiler")
+    print(f"{'T':>2} {'row':<44} {'ns/call':>8} {'calls':>10} {'expected':>10} {'/floor':>7} "
+          f"{'/fdr':>6} {'/empty':>7}")
+    failed = []
+    for t in [int(x) for x in a.threads.split(",")]:
+        args = [str(t), str(n)]
+        calls = 2 * t * n
+        fdr_env = {"XRAY_OPTIONS": "verbosity=0",
+                   "XRAY_FDR_OPTIONS": "func_duration_threshold_us=0 "
+                   f"buffer_size=1048576 buffer_max={max(64, 48 * calls >> 20)}"}
+
+        def instrfn_env(d):
+            return {"LD_PRELOAD": PRELOAD, "INSTRFN_MODE": "trace",
+                    "INSTRFN_OUTPUT": os.path.join(d, "trace")}
+
+        def tramp_env(d):
+            env = instrfn_env(d)
+            env.update(native_trampolines_only_env())
+            return env
+
+        # name, label, binary, environment (given the run directory), baseline
+        rows = [
+            ("gcc-plain", "plain (gcc -O2)", "plain", lambda d: {}, None),
+            ("clang-plain", "plain (clang -O2)", "clang-plain", lambda d: {}, None),
+            ("floor", "(g) floor: mcount reading the TSC twice", "floor", lambda d: {},
+             "gcc-plain"),
+            ("empty", "(a) compiler-rt trampolines, empty handler", "xray-empty",
+             lambda d: {}, "clang-plain"),
+            ("fdr", "(b) XRay FDR, every call recorded", "xray-fdr", lambda d: fdr_env,
+             "clang-plain"),
+            ("mcount", "(c) instrfn trace mode, -pg (mcount)", "instrfn", instrfn_env,
+             "gcc-plain"),
+            ("native", "(d) instrfn native XRay patching, trace", "xray-sleds", instrfn_env,
+             "clang-plain"),
+            ("tramp", "(e) instrfn native patching, recording off", "xray-sleds", tramp_env,
+             "clang-plain"),
+            ("sleds", "(f) unpatched sleds (vs no -fxray-instrument)", "xray-sleds",
+             lambda d: {}, "clang-plain"),
+        ]
+        # Correctness before timing: every call reaches compiler-rt's handler.
+        d = fresh(os.path.join(work, "xray-runs", "empty-count"))
+        r = subprocess.run([exe["xray-empty"]] + args, cwd=d, env=dict(os.environ,
+                           XRAY_EMPTY_COUNT="1"), capture_output=True, text=True)
+        m = re.search(r"xray-empty: (\d+) entries", r.stderr)
+        if r.returncode != 0 or not m:
+            die(f"{exe['xray-empty']} failed: {r.stderr}")
+        counted = {"empty": int(m.group(1)) - 1 - t}  # main and the T workers' own entries
+        best, error = {}, {}
+        for run in range(a.runs):
+            for name, _, binary, env_of, _ in rows:
+                if name in error:
+                    continue
+                d = fresh(os.path.join(work, "xray-runs", name))
+                try:
+                    env = env_of(d)
+                except RowFailed as e:
+                    error[name] = str(e)
+                    continue
+                w, _ = timed([exe[binary]] + args, d, env)
+                best[name] = min(best.get(name, w), w)
+                # Counted from the last run's output (llvm-xray reads a large FDR log slowly).
+                if run < a.runs - 1:
+                    continue
+                if name == "fdr":
+                    counted[name] = xray_counted(exe["xray-fdr"], d)
+                elif name in ("mcount", "native", "tramp"):
+                    events = trace_events(os.path.join(d, "trace"))
+                    # An entry and an exit per call; main's and the workers' own not counted.
+                    counted[name] = max(0, events // 2 - 1 - t)
+        native = counted.get("native")
+        if native is not None and native != calls:
+            error["native"] = f"native XRay patching recorded {native} of {calls} calls"
+        ns = {}
+        for name, _, _, _, base in rows:
+            if name in best and base is not None and name not in error:
+                ns[name] = 1e9 * (best[name] - best[base]) * min(t, os.cpu_count()) / calls
+
+        def ratio(name, over):
+            if name not in ns or over not in ns or ns[over] <= 0:
+                return ""
+            return f"{ns[name] / ns[over]:.2f}"
+
+        for name, label, _, _, base in rows:
+            if name in error:
+                print(f"{t:>2} {label:<44} FAILED: {error[name]}")
+                failed.append(f"T={t} {label}: {error[name]}")
+                continue
+            if base is None:
+                print(f"{t:>2} {label:<44} {best[name]:>7.3f}s")
+                continue
+            c = counted.get(name)
+            print(f"{t:>2} {label:<44} {ns[name]:>8.1f} {'' if c is None else c:>10} "
+                  f"{'' if c is None else calls:>10} {ratio(name, 'floor'):>7} "
+                  f"{ratio(name, 'fdr'):>6} {ratio(name, 'empty'):>7}")
+        sys.stdout.flush()
+    return failed
 
 
 def instrfn_counted(trace, t):

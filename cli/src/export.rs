@@ -1,6 +1,6 @@
 //! `instrfn export`: a trace as a Chrome trace-event timeline (Perfetto, chrome://tracing),
 //! as folded stacks of self time (flamegraph.pl, inferno, speedscope), or as a flame graph SVG
-//! drawn with inferno.
+//! drawn with inferno, or as an XRay log (the `xray` module).
 //!
 //! Streaming: calls are written as they end (chrome) or summed per distinct stack (folded,
 //! svg), so memory grows with the deepest stack and the number of distinct stacks, never with
@@ -31,7 +31,8 @@ pub struct ExportArgs {
     /// Where (default: standard output).
     #[arg(short = 'o', long)]
     pub output: Option<PathBuf>,
-    /// Only the process with this pid (every image it ran).
+    /// Only the process with this pid (every image it ran). `--format xray` needs it when the
+    /// trace holds processes of more than one executable.
     #[arg(long)]
     pub pid: Option<u32>,
     /// Show symbol names as they are in the binary.
@@ -56,10 +57,13 @@ pub enum ExportFormat {
     Folded,
     /// A flame graph (inferno).
     Svg,
+    /// compiler-rt's basic-mode XRay log, for `llvm-xray account|convert|stack -instr_map
+    /// BINARY` (a trace of a binary built with -fxray-instrument / -Zinstrument-xray).
+    Xray,
 }
 
 /// Where the output goes: a temporary file renamed into place at the end, or stdout.
-struct Sink {
+pub(crate) struct Sink {
     out: Box<dyn Write>,
     tmp: Option<(PathBuf, PathBuf)>,
 }
@@ -91,8 +95,12 @@ impl Sink {
     }
 
     fn write(&mut self, s: &str) -> Result<(), String> {
+        self.write_bytes(s.as_bytes())
+    }
+
+    pub(crate) fn write_bytes(&mut self, b: &[u8]) -> Result<(), String> {
         self.out
-            .write_all(s.as_bytes())
+            .write_all(b)
             .map_err(|e| format!("cannot write: {e}"))
     }
 
@@ -146,10 +154,27 @@ pub fn run(a: &ExportArgs) -> Result<ExitCode, String> {
             a.pid.unwrap_or(0)
         ));
     }
+    // XRay: the instrumentation map is read before any output file exists.
+    let xray = match a.format {
+        ExportFormat::Xray => {
+            // SAFETY: isatty only reads the descriptor's state.
+            if a.output.is_none() && unsafe { libc::isatty(1) } == 1 {
+                return Err(
+                    "--format xray writes a binary log: give -o FILE or redirect the output".into(),
+                );
+            }
+            Some(crate::xray::prepare(&procs, a)?)
+        }
+        _ => None,
+    };
     let bar = progress(&trace);
     crate::names::set_progress_bar(Some(bar.clone()));
     let mut sink = Sink::open(a.output.as_deref())?;
     match a.format {
+        ExportFormat::Xray => {
+            let prepared = xray.expect("prepared above");
+            crate::xray::write(prepared, a, &mut sink, &bar)?;
+        }
         ExportFormat::Chrome => chrome(&procs, a, &mut sink, &bar)?,
         ExportFormat::Folded => {
             let folded = fold(&procs, a, &bar)?;

@@ -12,6 +12,7 @@ mod export;
 mod filter;
 mod names;
 mod report;
+mod xray;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use instrfn_trace::{Found, Kind, Symbols, Trace};
@@ -51,7 +52,8 @@ enum Command {
     /// Sorted by self time; counts are exact, the median and p99 come from a histogram whose
     /// buckets are within 0.4 % of the durations in them.
     Report(report::ReportArgs),
-    /// Write the trace as a Chrome/Perfetto timeline, folded stacks or a flame graph SVG.
+    /// Write the trace as a Chrome/Perfetto timeline, folded stacks, a flame graph SVG or an XRay
+    /// log.
     Export(export::ExportArgs),
     /// List the raw events of a trace, per process and thread.
     Dump {

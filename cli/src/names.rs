@@ -17,6 +17,14 @@ pub fn set_progress_bar(bar: Option<indicatif::ProgressBar>) {
     *BAR.lock().unwrap_or_else(|e| e.into_inner()) = bar;
 }
 
+/// Prints one line on stderr (above the progress bar while one is drawn).
+pub fn say(line: &str) {
+    match BAR.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        Some(bar) => bar.suspend(|| eprintln!("{line}")),
+        None => eprintln!("{line}"),
+    }
+}
+
 /// Says (once per module and reason, on stderr) that a module's addresses show raw.
 pub fn warn(p: &Problem) {
     if !p.first_time() {
@@ -29,15 +37,11 @@ pub fn warn(p: &Problem) {
     if !fresh {
         return;
     }
-    let line = format!(
+    say(&format!(
         "instrfn: {}: {}: its functions show as addresses",
         p.path.display(),
         p.why
-    );
-    match BAR.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-        Some(bar) => bar.suspend(|| eprintln!("{line}")),
-        None => eprintln!("{line}"),
-    }
+    ));
 }
 
 /// A function of a process: its address, and (when objects were unloaded) the module that

@@ -9,6 +9,7 @@
 pub mod calls;
 pub mod stats;
 pub mod symbols;
+pub mod xray;
 
 pub use symbols::{Found, Problem, SourceLine, Symbols, demangle};
 

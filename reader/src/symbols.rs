@@ -257,7 +257,12 @@ fn head_hash(data: &[u8]) -> String {
 
 /// Why the file `data` (at `path`) is not the one recorded as `id`, or None when it is (or
 /// the record cannot tell: the runtime could not read the file).
-fn differs(id: &Identity, path: &Path, data: &[u8], file: &object::File) -> Option<String> {
+pub(crate) fn differs(
+    id: &Identity,
+    path: &Path,
+    data: &[u8],
+    file: &object::File,
+) -> Option<String> {
     let now = file.build_id().ok().flatten().map(|b| {
         b.iter().fold(String::new(), |mut s, x| {
             s.push_str(&format!("{x:02x}"));
