@@ -11,8 +11,9 @@ writing gmon.out, are inside it). The overhead ratio is (t - plain) / (glibc - p
 instrfn costs less per call than glibc. Calls counted are read back with gprof, so the table
 also shows how many calls each runtime lost. Peak RSS is the child's ru_maxrss.
 
-Optional anchors, same workload: --uftrace (uftrace record of the glibc-free -pg binary) and
---xray (clang -fxray-instrument with compiler-rt's FDR mode).
+Optional anchor, same workload: --uftrace (uftrace record of the glibc-free -pg binary). XRay
+is measured in its own table (--xray, below), with FDR mode initialised explicitly: selected
+with XRAY_OPTIONS alone it never starts, so its cost beside the gmon figures said nothing.
 
 --trace adds a second table, trace mode (every call an entry and an exit event), at
 --trace-iterations (fewer: each call writes 32 bytes), all in the same run:
@@ -213,13 +214,6 @@ def main():
                                   ["work_a", "work_b"]) for n in ["glibc", "instrfn"]}
         ratio = (best["instrfn"] - best["plain"]) / (best["glibc"] - best["plain"])
         extra = ""
-        if a.xray:
-            d = os.path.join(work, "run-xray")
-            os.makedirs(d, exist_ok=True)
-            w = min(timed([exe["xray"]] + args, d, {
-                "XRAY_OPTIONS": "patch_premain=true xray_mode=xray-fdr verbosity=0",
-                "XRAY_FDR_OPTIONS": "func_duration_threshold_us=0"})[0] for _ in range(a.runs))
-            extra += f"  xray-fdr {per_call(w):.1f}"
         if a.uftrace:
             d = os.path.join(work, "run-uftrace")
             os.makedirs(d, exist_ok=True)
