@@ -11,7 +11,7 @@
 # where <stub>, on a page within rel32 reach of the object's code, is
 #   movabs $table, %r11 ; jmp *<trampoline>
 # and table is the object's id -> function address array (8 bytes each, index = id; bit 63:
-# the function has no entry sled). So every trampoline starts with %r10 = id, %r11 = table.
+# the function has no entry sled, bit 62: no exit sled). So every trampoline starts with %r10 = id, %r11 = table.
 #
 # Registers: every register is preserved but r10 and r11 (the sled and the stub set them; the
 # ABI makes neither an argument nor a result register, and compiler-rt's trampolines clobber
@@ -41,8 +41,9 @@
 # instrfn_x86_64_xray_entry: called by a patched entry sled, the function's first instruction.
 #   (%rsp) = the return address into the sled; 8(%rsp) = the function's return slot, whose
 #   address identifies the frame (the shadow entry's slot; its ret is 0: nothing is replaced).
-#   Records an entry event of table[id] and pushes a shadow entry; with exits off (mode 2) an
-#   entry without exit instead.
+#   Records an entry event of table[id] and pushes a shadow entry; with exits off (mode 2), or
+#   for a function without exit sled (bit 62 of its table entry), an entry without exit
+#   instead (the event's value drops the flag bits: value << 4).
     .p2align 4
     .globl instrfn_x86_64_xray_entry
     .hidden instrfn_x86_64_xray_entry
@@ -62,9 +63,11 @@ instrfn_x86_64_xray_entry:
     movzbl instrfn_mode(%rip), %ecx
     testl %ecx, %ecx
     jz .Lxe_out
-    movq (%r11,%r10,8), %rsi                # the function's address
+    movq (%r11,%r10,8), %rsi                # the function's address (| bit 62)
     cmpl $2, %ecx
     je .Lxe_noexit
+    btq $62, %rsi                           # no exit sled: an entry without exit
+    jc .Lxe_noexit
     cmpq $0, %fs:{TLS_UNWOUND}(%rax)
     jne .Lxe_slow
     leaq 8(%rsp), %rdi                      # the return slot
@@ -107,7 +110,8 @@ instrfn_x86_64_xray_entry:
     movq -40(%rsp), %rdi
     ret
 .Lxe_noexit:
-    # INSTRFN_EXITS=off: an entry without exit (exit sleds are not patched then).
+    # INSTRFN_EXITS=off (exit sleds are not patched then), or no exit sled: an entry without
+    # exit.
     movq %rax, %rcx
     rdtsc
     shlq $32, %rdx

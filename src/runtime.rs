@@ -176,6 +176,9 @@ fn start_up() -> Runtime {
         if arch::mode() == 0 {
             arch::set_mode(1);
         }
+        if arch::mode() == 2 {
+            crate::xray::exits_off();
+        }
     } else {
         arch::set_mode(0);
         crate::xray::disable();

@@ -1330,7 +1330,7 @@ pub unsafe extern "C" fn instrfn_trace_exit_slow(tls: *mut Tls, slot: *mut usize
 /// blocked. `slot_kind` is the instrumented function's return slot (its stack pointer at entry)
 /// with the sled's kind in its low bits (0 entry, 1 exit, 2 tail call); `entry` is the
 /// function's entry of its object's table (src/xray.rs: the address, `| EXITS_ONLY` for a
-/// function without entry sled). Entries push a shadow entry without return address
+/// function without entry sled, `| NO_EXIT` for one without exit sled). Entries push a shadow entry without return address
 /// (`ret` 0: nothing is ever replaced), exits pop it; frames left behind by longjmp or an
 /// unwinder are closed (`EV_UNWOUND`) as for mcount code.
 ///
@@ -1342,10 +1342,10 @@ pub unsafe extern "C" fn instrfn_xray_slow(tls: *mut Tls, slot_kind: usize, entr
     // SAFETY: per the contract, this thread's TLS block.
     let tls = unsafe { &mut *tls };
     let (slot, kind) = (slot_kind & !7, slot_kind & 7);
-    let func = entry & !crate::xray::EXITS_ONLY;
+    let func = entry & !(crate::xray::EXITS_ONLY | crate::xray::NO_EXIT);
     let ts = arch::counter();
     if kind == 0 {
-        xray_entry(tls, slot, func, ts);
+        xray_entry(tls, slot, func, entry & crate::xray::NO_EXIT != 0, ts);
     } else {
         xray_exit(tls, slot, func, entry & crate::xray::EXITS_ONLY != 0, ts);
     }
@@ -1355,7 +1355,8 @@ pub unsafe extern "C" fn instrfn_xray_slow(tls: *mut Tls, slot_kind: usize, entr
 
 /// An XRay entry the fast path could not take: no chunk yet (or a full one), a full shadow
 /// stack, frames to close first.
-fn xray_entry(tls: &mut Tls, slot: usize, func: usize, ts: u64) {
+/// `no_exit`: the function has no exit sled (its entry is recorded without exit).
+fn xray_entry(tls: &mut Tls, slot: usize, func: usize, no_exit: bool, ts: u64) {
     let Some(block) = crate::runtime::ready_block(tls) else {
         return;
     };
@@ -1378,7 +1379,7 @@ fn xray_entry(tls: &mut Tls, slot: usize, func: usize, ts: u64) {
         tls.dropped += 1;
         return;
     }
-    if !room || arch::mode() == 2 {
+    if !room || no_exit || arch::mode() == 2 {
         NOEXIT.fetch_add(1, Ordering::Relaxed);
         tls.entry_only += 1;
         event(tls, block, EV_NOEXIT, func, ts);
@@ -1404,16 +1405,16 @@ fn xray_entry(tls: &mut Tls, slot: usize, func: usize, ts: u64) {
 /// recorded without exit), or no room for the event. A function without entry sled
 /// (`exits_only`, rustc `skip-entry`) has its exit recorded alone.
 fn xray_exit(tls: &mut Tls, slot: usize, func: usize, exits_only: bool, ts: u64) {
-    let recording = crate::runtime::recording() && active();
-    let block = if recording {
-        crate::runtime::ready_block(tls)
-    } else {
+    // (ready_block starts the runtime: the first event of a process can be such an exit.)
+    let block = match crate::runtime::ready_block(tls) {
+        Some(b) => Some(b),
         // SAFETY: the block this thread claimed, or null.
-        unsafe { tls.block.as_ref() }
+        None => unsafe { tls.block.as_ref() },
     };
     let Some(block) = block else {
         return;
     };
+    let recording = crate::runtime::recording() && active();
     if tls.unwound == UNWOUND {
         after_unwinding(tls, block, slot, false, ts);
     }

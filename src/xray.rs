@@ -54,6 +54,9 @@ const ENTRY_BYTES: usize = 32;
 /// A table entry's flag: the function has no entry sled (rustc `skip-entry`): its exits are
 /// recorded without a matching entry.
 pub const EXITS_ONLY: usize = 1 << 63;
+/// A table entry's flag: the function has no exit or tail sled (rustc `skip-exit`, or it
+/// never returns): its entries are recorded as entries without exit (nothing is pushed).
+pub const NO_EXIT: usize = 1 << 62;
 
 /// Sled kinds of the map.
 const KIND_ENTRY: u8 = 0;
@@ -228,6 +231,8 @@ static REGISTRY: spin::mutex::SpinMutex<Registry> = spin::mutex::SpinMutex::new(
 
 /// Whether the chosen sleds should be patched now (trace mode and recording on).
 static WANTED: AtomicBool = AtomicBool::new(false);
+/// Whether exit and tail sleds are patched (INSTRFN_EXITS; entries only without).
+static EXITS: AtomicBool = AtomicBool::new(true);
 /// Whether the runtime looks at sleds at all (trace mode was chosen at load).
 static ENABLED: AtomicBool = AtomicBool::new(false);
 /// How code is written: 0 /proc/self/mem (if it works), 1 mprotect.
@@ -257,6 +262,7 @@ pub fn on_load(config: &crate::config::Config) {
     if crate::sys::getenv(c"INSTRFN_XRAY_WRITE").is_some_and(|v| v.trim_ascii() == b"mprotect") {
         ROUTE.store(1, Ordering::Relaxed);
     }
+    EXITS.store(config.exits, Ordering::Relaxed);
     ENABLED.store(true, Ordering::Relaxed);
     WANTED.store(config.start, Ordering::Relaxed);
     note_objects();
@@ -275,6 +281,22 @@ pub fn set_wanted(on: bool) {
             patch(o, &mut w);
         } else {
             unpatch(o, &mut w);
+        }
+    }
+}
+
+/// Trace mode records entries only after all (a hardware shadow stack, src/trace.rs): the
+/// exit and tail sleds go back.
+pub fn exits_off() {
+    if !ENABLED.load(Ordering::Relaxed) || !EXITS.swap(false, Ordering::Relaxed) {
+        return;
+    }
+    let mut reg = REGISTRY.lock();
+    let mut w = Writer::new();
+    for o in reg.objects.iter_mut().filter(|o| o.lo != 0 && o.nsleds > 0) {
+        unpatch(o, &mut w);
+        if WANTED.load(Ordering::Relaxed) {
+            patch(o, &mut w);
         }
     }
 }
@@ -648,10 +670,13 @@ fn discover(m: &Module, lo: usize) -> Object {
         if i == 0 || f != last {
             id += 1;
             last = f;
-            tb[id as usize] = f | EXITS_ONLY;
+            tb[id as usize] = f | EXITS_ONLY | NO_EXIT;
         }
         if matches!(kind, KIND_ENTRY | KIND_LOG_ARGS) {
             tb[id as usize] &= !EXITS_ONLY;
+        }
+        if matches!(kind, KIND_EXIT | KIND_TAIL) {
+            tb[id as usize] &= !NO_EXIT;
         }
         if !matches!(kind, KIND_ENTRY | KIND_EXIT | KIND_TAIL | KIND_LOG_ARGS)
             || !code(a)
@@ -717,7 +742,7 @@ fn choose(elf: &Elf, m: &Module, table: &[usize], sleds: &mut [Sled]) {
     for s in sleds.iter_mut() {
         let id = s.id as usize;
         if decided_s[id] == 0 {
-            let addr = (table[id] & !EXITS_ONLY).wrapping_sub(m.bias);
+            let addr = (table[id] & !(EXITS_ONLY | NO_EXIT)).wrapping_sub(m.bias);
             let mut name = StackBuf::<1024>::new();
             let known = syms
                 .as_ref()
@@ -989,7 +1014,7 @@ fn patch(o: &mut Object, w: &mut Writer) {
         }
         return;
     }
-    let exits = crate::arch::mode() != 2;
+    let exits = EXITS.load(Ordering::Relaxed);
     w.begin(o);
     for s in o.sleds().iter_mut() {
         if s.chosen == 0 || s.state != 0 || (!exits && s.kind != KIND_ENTRY) {

@@ -506,7 +506,13 @@ pub fn build_xray_rust(name: &str, triple: &str, bin: &str, opts: &str, extra: &
     let out = run_ok(Command::new(root().join("scripts/instrument-flags")).args(["xray", opts]));
     let xray = String::from_utf8(out.stdout).unwrap().trim().to_string();
     let flags = format!("{xray} {extra}");
-    build_rust_fixture(name, triple, bin, flags.trim(), &format!("-xray-{opts}-{extra}"))
+    build_rust_fixture(
+        name,
+        triple,
+        bin,
+        flags.trim(),
+        &format!("-xray-{opts}-{extra}"),
+    )
 }
 
 /// Builds fixture crate `name` for `triple` with nightly and RUSTFLAGS `flags`, in
