@@ -479,3 +479,37 @@ fn the_harness_catches_clobbering_trampolines() {
         "{err}"
     );
 }
+
+#[test]
+fn clang_xray_cpp_exceptions_are_balanced() {
+    // C++ throw through XRay frames with destructors (cleanup pads: _Unwind_Resume), caught,
+    // and a rethrow: the thrown-through frames closed as unwound at the catch
+    // (__cxa_begin_catch), the catching frames traced returning.
+    require_tool("clang++");
+    let dir = workdir("xray-cpp");
+    let trace = dir.join("trace");
+    let exe = dir.join("throw");
+    run_ok(
+        Command::new("clang++")
+            .args(["-O2", "-fxray-instrument", "-fxray-instruction-threshold=1"])
+            .arg(fixture("c/throw.cpp"))
+            .arg("-o")
+            .arg(&exe),
+    );
+    let plain = run_ok(Command::new(&exe).args(["4", "6"]));
+    assert_eq!(stdout_of(&plain), "caught 8\n");
+    for route in [Route::Record, Route::Preload] {
+        let out = traced(route, &exe, &["4", "6"], &[], &trace);
+        assert_eq!(stdout_of(&out), stdout_of(&plain), "{route:?}");
+        let counts = assert_balanced(&instrfn_dump(&trace)[0], "c++");
+        // thrower(6) is 7 frames, thrower(1) 2, per round
+        assert_eq!(
+            count_of(&counts, "unwound", "_Z7throwerm"),
+            4 * 9,
+            "{counts:?}"
+        );
+        assert_eq!(count_of(&counts, "exit", "_Z7catcherm"), 4, "{counts:?}");
+        assert_eq!(count_of(&counts, "exit", "_Z5afterv"), 4, "{counts:?}");
+        assert_eq!(count_of(&counts, "exit", "main"), 1, "{counts:?}");
+    }
+}
