@@ -1326,9 +1326,10 @@ pub unsafe extern "C" fn instrfn_trace_exit_slow(tls: *mut Tls, slot: *mut usize
     ret
 }
 
-/// The slow path of the XRay trampolines (asm/x86_64-xray.s), with the guard held and signals
-/// blocked. `slot_kind` is the instrumented function's return slot (its stack pointer at entry)
-/// with the sled's kind in its low bits (0 entry, 1 exit, 2 tail call); `entry` is the
+/// The slow path of the XRay trampolines (asm/x86_64-xray.s, asm/aarch64-xray.s), with the
+/// guard held and signals blocked. `slot_kind` identifies the instrumented function's frame
+/// (x86_64: its return slot, its stack pointer at entry; aarch64: its stack pointer at the
+/// sled) with the sled's kind in its low bits (0 entry, 1 exit, 2 tail call); `entry` is the
 /// function's entry of its object's table (src/xray.rs: the address, `| EXITS_ONLY` for a
 /// function without entry sled, `| NO_EXIT` for one without exit sled). Entries push a shadow entry without return address
 /// (`ret` 0: nothing is ever replaced), exits pop it; frames left behind by longjmp or an
@@ -1337,7 +1338,7 @@ pub unsafe extern "C" fn instrfn_trace_exit_slow(tls: *mut Tls, slot: *mut usize
 /// # Safety
 /// Only the XRay trampolines call this, with `tls` = this thread's TLS block.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn instrfn_xray_slow(tls: *mut Tls, slot_kind: usize, entry: usize) {
+pub unsafe extern "C" fn instrfn_xray_slow(tls: *mut Tls, slot_kind: usize, entry: usize) -> usize {
     let saved_errno = sys::errno();
     // SAFETY: per the contract, this thread's TLS block.
     let tls = unsafe { &mut *tls };
@@ -1351,6 +1352,7 @@ pub unsafe extern "C" fn instrfn_xray_slow(tls: *mut Tls, slot_kind: usize, entr
     }
     // SAFETY: restores this thread's errno.
     unsafe { *libc::__errno_location() = saved_errno };
+    0 // (aarch64's slow routine: return where the trampoline would have)
 }
 
 /// An XRay entry the fast path could not take: no chunk yet (or a full one), a full shadow

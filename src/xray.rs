@@ -6,7 +6,7 @@
 //! over 9 bytes of nop, an exit sled is the `ret` followed by 10 bytes of nop). In trace mode
 //! (INSTRFN_MODE=trace, `instrfn record`) the runtime finds those sections in every loaded
 //! object and patches the sleds of the functions INSTRFN_FILTER / INSTRFN_EXCLUDE choose into
-//! calls of its own trampolines (asm/x86_64-xray.s), which record entry and exit events exactly
+//! calls of its own trampolines (asm/x86_64-xray.s, asm/aarch64-xray.s), which record entry and exit events exactly
 //! as the mcount trampolines do: the same events, the same shadow stack (entries without a
 //! return address to restore), the same unwinding repair (src/trace.rs). Every command that
 //! reads a trace works unchanged.
@@ -72,6 +72,20 @@ mod sled {
     //! `e9 <rel32>` (jmp) for exit, to the object's stub.
     pub const SUPPORTED: bool = true;
     pub const BYTES: usize = 11;
+    /// Bytes written last, with one store.
+    pub const HEAD: usize = 2;
+    /// The store that writes them.
+    pub fn store_head(at: usize, head: [u8; HEAD]) {
+        // SAFETY: a sled's first two bytes (2-aligned: LLVM aligns sleds) in a writable
+        // segment (the caller's contract); one 16-bit atomic store, so another thread executes
+        // either the old or the new instruction.
+        unsafe {
+            (*(at as *const core::sync::atomic::AtomicU16)).store(
+                u16::from_ne_bytes(head),
+                core::sync::atomic::Ordering::Release,
+            )
+        };
+    }
     /// Reach of the rel32 of the patched call/jmp.
     pub const REACH: usize = 1 << 31;
 
@@ -89,11 +103,11 @@ mod sled {
         id: u32,
         at: usize,
         stub: usize,
-    ) -> Option<([u8; 2], [u8; BYTES - 2])> {
+    ) -> Option<([u8; HEAD], [u8; BYTES - HEAD])> {
         let next = at + BYTES;
         let rel = (stub as i64).wrapping_sub(next as i64);
         let rel: i32 = rel.try_into().ok()?;
-        let mut rest = [0u8; BYTES - 2];
+        let mut rest = [0u8; BYTES - HEAD];
         rest[..4].copy_from_slice(&id.to_le_bytes());
         rest[4] = if kind == super::KIND_EXIT { 0xe9 } else { 0xe8 };
         rest[5..].copy_from_slice(&rel.to_le_bytes());
@@ -133,11 +147,117 @@ mod sled {
     pub fn flush(_at: usize, _len: usize) {}
 }
 
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(target_arch = "aarch64")]
+mod sled {
+    //! aarch64 sleds (LLVM's AArch64AsmPrinter, compiler-rt's xray_AArch64.cpp): `b #32` and
+    //! 7 nops, for entry, exit (before the `ret`) and tail call (before the `b`) alike. Patched
+    //! as compiler-rt does:
+    //!   stp x0, x30, [sp, #-16]! ; ldr w17, #12 (id) ; ldr x16, #12 (target) ; blr x16 ;
+    //!   id (4 bytes) ; target (8 bytes) ; ldp x0, x30, [sp], #16
+    //! where the target is the object's stub, which loads the table into x0 (saved by the
+    //! sled) and branches to the trampoline; the trampoline returns past the data, to the ldp.
+    //! The target is a 64-bit literal: no reach limit.
+    pub const SUPPORTED: bool = true;
+    pub const BYTES: usize = 32;
+    pub const HEAD: usize = 4;
+    pub const REACH: usize = usize::MAX;
+    const B32: u32 = 0x1400_0008;
+    const NOP: u32 = 0xd503_201f;
+
+    fn word(code: &[u8], i: usize) -> u32 {
+        u32::from_le_bytes(code[4 * i..4 * i + 4].try_into().unwrap())
+    }
+
+    pub fn original(_kind: u8, code: &[u8; BYTES]) -> bool {
+        word(code, 0) == B32 && (1..8).all(|i| word(code, i) == NOP)
+    }
+
+    pub fn patched(
+        _kind: u8,
+        id: u32,
+        _at: usize,
+        stub: usize,
+    ) -> Option<([u8; HEAD], [u8; BYTES - HEAD])> {
+        let mut rest = [0u8; BYTES - HEAD];
+        rest[0..4].copy_from_slice(&0x1800_0071u32.to_le_bytes()); // ldr w17, #12
+        rest[4..8].copy_from_slice(&0x5800_0070u32.to_le_bytes()); // ldr x16, #12
+        rest[8..12].copy_from_slice(&0xd63f_0200u32.to_le_bytes()); // blr x16
+        rest[12..16].copy_from_slice(&id.to_le_bytes());
+        rest[16..24].copy_from_slice(&(stub as u64).to_le_bytes());
+        rest[24..28].copy_from_slice(&0xa8c1_7be0u32.to_le_bytes()); // ldp x0, x30, [sp], #16
+        Some((0xa9bf_7be0u32.to_le_bytes(), rest)) // stp x0, x30, [sp, #-16]!
+    }
+
+    pub fn store_head(at: usize, head: [u8; HEAD]) {
+        // SAFETY: a sled's first instruction (4-aligned) in a writable segment (the caller's
+        // contract): one 32-bit single-copy-atomic store.
+        unsafe {
+            (*(at as *const core::sync::atomic::AtomicU32)).store(
+                u32::from_le_bytes(head),
+                core::sync::atomic::Ordering::Release,
+            )
+        };
+    }
+
+    pub const STUB_BYTES: usize = 32;
+
+    /// `ldr x0, #16 (table) ; ldr x16, #20 (trampoline) ; br x16`, the two literals after it.
+    pub fn stub(table: usize, target: usize) -> [u8; STUB_BYTES] {
+        let mut s = [0u8; STUB_BYTES];
+        s[0..4].copy_from_slice(&0x5800_0080u32.to_le_bytes());
+        s[4..8].copy_from_slice(&0x5800_00b0u32.to_le_bytes());
+        s[8..12].copy_from_slice(&0xd61f_0200u32.to_le_bytes());
+        s[12..16].copy_from_slice(&0xd420_0000u32.to_le_bytes()); // brk #0
+        s[16..24].copy_from_slice(&(table as u64).to_le_bytes());
+        s[24..32].copy_from_slice(&(target as u64).to_le_bytes());
+        s
+    }
+
+    pub fn trampolines() -> [usize; 3] {
+        unsafe extern "C" {
+            fn instrfn_aarch64_xray_entry();
+            fn instrfn_aarch64_xray_exit();
+            fn instrfn_aarch64_xray_tail();
+        }
+        [
+            instrfn_aarch64_xray_entry as *const () as usize,
+            instrfn_aarch64_xray_exit as *const () as usize,
+            instrfn_aarch64_xray_tail as *const () as usize,
+        ]
+    }
+
+    /// After code at [at, at + len) changed through a data mapping: cleaned to the point of
+    /// unification, the instruction cache invalidated (line sizes from CTR_EL0).
+    pub fn flush(at: usize, len: usize) {
+        let ctr: u64;
+        // SAFETY: CTR_EL0 is readable at EL0 on Linux; cache maintenance by address of our own
+        // mapped code.
+        unsafe {
+            core::arch::asm!("mrs {}, ctr_el0", out(reg) ctr, options(nomem, nostack));
+            let dline = 4usize << ((ctr >> 16) & 0xf);
+            let iline = 4usize << (ctr & 0xf);
+            let mut a = at & !(dline - 1);
+            while a < at + len {
+                core::arch::asm!("dc cvau, {}", in(reg) a, options(nostack));
+                a += dline;
+            }
+            core::arch::asm!("dsb ish", options(nostack));
+            let mut a = at & !(iline - 1);
+            while a < at + len {
+                core::arch::asm!("ic ivau, {}", in(reg) a, options(nostack));
+                a += iline;
+            }
+            core::arch::asm!("dsb ish", "isb", options(nostack));
+        }
+    }
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 mod sled {
     //! No sled patching on this architecture (yet).
     pub const SUPPORTED: bool = false;
     pub const BYTES: usize = 11;
+    pub const HEAD: usize = 2;
     pub const REACH: usize = 0;
     pub fn original(_kind: u8, _code: &[u8; BYTES]) -> bool {
         false
@@ -147,9 +267,10 @@ mod sled {
         _id: u32,
         _at: usize,
         _stub: usize,
-    ) -> Option<([u8; 2], [u8; BYTES - 2])> {
+    ) -> Option<([u8; HEAD], [u8; BYTES - HEAD])> {
         None
     }
+    pub fn store_head(_at: usize, _head: [u8; HEAD]) {}
     pub const STUB_BYTES: usize = 32;
     pub fn stub(_table: usize, _target: usize) -> [u8; STUB_BYTES] {
         [0; STUB_BYTES]
@@ -174,9 +295,8 @@ struct Sled {
     chosen: u8,
     /// 1 while patched; 2: not the expected bytes (left alone for good).
     state: u8,
-    /// Its first two bytes before patching.
-    orig: [u8; 2],
-    _pad: [u8; 1],
+    /// Its first bytes (`sled::HEAD`) before patching.
+    orig: [u8; sled::HEAD],
 }
 
 /// A loaded object, once looked at.
@@ -694,8 +814,7 @@ fn discover(m: &Module, lo: usize) -> Object {
             },
             chosen: 1,
             state: 0,
-            orig: [0; 2],
-            _pad: [0],
+            orig: [0; sled::HEAD],
         };
         count += 1;
     }
@@ -1043,8 +1162,8 @@ fn patch(o: &mut Object, w: &mut Writer) {
             }
             continue;
         };
-        s.orig = [code[0], code[1]];
-        if w.write(o, s.addr + 2, &rest) && w.write_head(o, s.addr, head) {
+        s.orig.copy_from_slice(&code[..sled::HEAD]);
+        if w.write(o, s.addr + sled::HEAD, &rest) && w.write_head(o, s.addr, head) {
             s.state = 1;
             PATCHED.fetch_add(1, Ordering::Relaxed);
         }
@@ -1145,20 +1264,14 @@ impl Writer {
         code_at_is(at, bytes)
     }
 
-    /// Writes a sled's first two bytes with one store.
-    fn write_head(&mut self, o: &Object, at: usize, head: [u8; 2]) -> bool {
+    /// Writes a sled's first bytes (its first instruction) with one store.
+    fn write_head(&mut self, o: &Object, at: usize, head: [u8; sled::HEAD]) -> bool {
         if ROUTE.load(Ordering::Relaxed) == 0 && self.pwrite(at, &head) {
             return true;
         }
         self.fallback(o);
-        // SAFETY: a sled's first two bytes (2-aligned: LLVM aligns sleds) in a segment made
-        // writable by `fallback`; one 16-bit atomic store, so another thread executes either
-        // the old or the new instruction.
-        unsafe {
-            (*(at as *const core::sync::atomic::AtomicU16))
-                .store(u16::from_ne_bytes(head), Ordering::Release)
-        };
-        sled::flush(at, 2);
+        sled::store_head(at, head);
+        sled::flush(at, sled::HEAD);
         code_at_is(at, &head)
     }
 

@@ -513,3 +513,63 @@ fn clang_xray_cpp_exceptions_are_balanced() {
         assert_eq!(count_of(&counts, "exit", "main"), 1, "{counts:?}");
     }
 }
+
+/// Runs the aarch64 build of `exe` under qemu-aarch64 with the aarch64 libinstrfn.so preloaded
+/// in trace mode (qemu ignores writes to /proc/self/mem: the sleds are patched with mprotect).
+fn qemu_traced(exe: &Path, args: &[&str], env: &[(&str, &str)], trace: &Path) -> Output {
+    let _ = std::fs::remove_dir_all(trace);
+    let lib = runtime_lib(AARCH64, Lib::Shared);
+    let lib = lib.to_str().unwrap();
+    let t = trace.to_str().unwrap();
+    let mut all = vec![
+        ("LD_PRELOAD", lib),
+        ("INSTRFN_MODE", "trace"),
+        ("INSTRFN_OUTPUT", t),
+    ];
+    all.extend_from_slice(env);
+    run_within(
+        &mut command(AARCH64, exe, args, &all, trace.parent().unwrap()),
+        300,
+    )
+}
+
+#[test]
+fn aarch64_sleds_patched_under_qemu() {
+    let exe = build_xray_rust("xray-app", AARCH64.triple, "xray-app", "always", "");
+    let dir = workdir("xray-aarch64");
+    let trace = dir.join("trace");
+    let plain = run_ok(&mut command(AARCH64, &exe, &["4", "1000"], &[], &dir));
+    // Exact counts at 4 threads.
+    let out = qemu_traced(&exe, &["4", "1000"], &[], &trace);
+    assert_eq!(stdout_of(&out), stdout_of(&plain));
+    let (rows, doc) = report(&trace);
+    assert_eq!(row(&rows, "xray_app::worker"), T);
+    assert_eq!(row(&rows, "xray_app::work_a"), T * N);
+    assert_eq!(row(&rows, "xray_app::work_b"), T * N);
+    assert_eq!(doc["exits_without_entry"], 0);
+    assert_balanced(&instrfn_dump(&trace)[0], "aarch64");
+    // A caught panic: balanced, the thrown-through frames unwound.
+    let out = qemu_traced(&exe, &["panic", "3", "4"], &[], &trace);
+    assert_eq!(stdout_of(&out), "caught 3\n");
+    let p = &instrfn_dump(&trace)[0];
+    assert_balanced(p, "aarch64 panic");
+    assert_eq!(raw_count(p, "entry", "4dive"), 15);
+    assert_eq!(raw_count(p, "unwound", "4dive"), 15);
+    assert_eq!(raw_count(p, "exit", "5after"), 3);
+    // Filtered: the others' sleds keep their original `b #32; nop...`.
+    let plain_bytes = code_bytes(&run_ok(&mut command(AARCH64, &exe, &["bytes"], &[], &dir)));
+    assert!(
+        plain_bytes["work_b"].starts_with("08000014"),
+        "{plain_bytes:?}"
+    );
+    let out = qemu_traced(&exe, &["bytes"], &[("INSTRFN_FILTER", "work_a")], &trace);
+    let code = code_bytes(&out);
+    assert_eq!(code["work_b"], plain_bytes["work_b"]);
+    assert_eq!(code["worker"], plain_bytes["worker"]);
+    assert!(
+        code["work_a"].starts_with("e07bbfa9"),
+        "stp x0, x30: {code:?}"
+    );
+    let (rows, _) = report(&trace);
+    assert_eq!(rows.keys().collect::<Vec<_>>(), ["xray_app::work_a"]);
+}
