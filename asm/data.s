@@ -68,6 +68,7 @@ instrfn_all_signals:
     .hidden instrfn_slow_path
     .hidden instrfn_trace_slow
     .hidden instrfn_trace_exit_slow
+    .hidden instrfn_xray_slow
 
 # The runtime's load-time constructor and exit destructor (src/runtime.rs). Listed here, in
 # the object that also holds instrfn_tls (which every trampoline references), so no link

@@ -11,6 +11,7 @@ use crate::sys::{self, Bytes};
 /// Longest accepted GMON_OUT_PREFIX, in bytes.
 pub const MAX_PREFIX: usize = 1024;
 
+#[derive(Clone)]
 pub struct Config {
     /// Requested SIGPROF sampling rate in Hz; 0 = no pc histogram.
     pub hz: u32,
@@ -43,6 +44,12 @@ pub struct Config {
     pub depth: usize,
     /// INSTRFN_MIN_DURATION: trace mode drops calls shorter than this, in ns (0: none).
     pub min_duration_ns: u64,
+    /// INSTRFN_FILTER / INSTRFN_EXCLUDE: comma-separated name patterns of the functions whose
+    /// XRay sleds are patched / left alone (src/xray.rs).
+    filter: [u8; MAX_PREFIX],
+    filter_len: usize,
+    exclude: [u8; MAX_PREFIX],
+    exclude_len: usize,
     /// GMON_OUT_PREFIX: output goes to `<prefix>.<pid>`.
     pub prefix: [u8; MAX_PREFIX],
     pub prefix_len: usize,
@@ -86,6 +93,10 @@ impl Config {
         collector: true,
         depth: 0,
         min_duration_ns: 0,
+        filter: [0; MAX_PREFIX],
+        filter_len: 0,
+        exclude: [0; MAX_PREFIX],
+        exclude_len: 0,
         prefix: [0; MAX_PREFIX],
         prefix_len: 0,
     };
@@ -269,6 +280,32 @@ impl Config {
                 ),
             }
         }
+        for (name, cname, buf, len) in [
+            (
+                "INSTRFN_FILTER",
+                c"INSTRFN_FILTER",
+                &mut c.filter,
+                &mut c.filter_len,
+            ),
+            (
+                "INSTRFN_EXCLUDE",
+                c"INSTRFN_EXCLUDE",
+                &mut c.exclude,
+                &mut c.exclude_len,
+            ),
+        ] {
+            if let Some(v) = var(cname) {
+                if v.len() < MAX_PREFIX {
+                    buf[..v.len()].copy_from_slice(v);
+                    *len = v.len();
+                } else {
+                    message!(
+                        "ignoring {name}: longer than {} bytes; patching every function",
+                        MAX_PREFIX - 1
+                    );
+                }
+            }
+        }
         if let Some(v) = var(c"GMON_OUT_PREFIX") {
             if v.len() < MAX_PREFIX {
                 c.prefix[..v.len()].copy_from_slice(v);
@@ -290,6 +327,16 @@ impl Config {
         } else {
             &self.output[..self.output_len]
         }
+    }
+
+    /// INSTRFN_FILTER's patterns, comma-separated (empty: every function).
+    pub fn filter(&self) -> &[u8] {
+        &self.filter[..self.filter_len]
+    }
+
+    /// INSTRFN_EXCLUDE's patterns, comma-separated (empty: none).
+    pub fn exclude(&self) -> &[u8] {
+        &self.exclude[..self.exclude_len]
     }
 
     pub fn prefix(&self) -> Option<&[u8]> {

@@ -49,6 +49,7 @@ mod runtime;
 mod sampler;
 mod thread;
 mod trace;
+mod xray;
 
 pub use runtime::{
     __monstartup, _mcleanup, instrfn_calls_recorded, instrfn_debug_call_guarded,

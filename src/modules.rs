@@ -157,6 +157,17 @@ impl Module {
         &self.segments[..self.count]
     }
 
+    /// The object's program headers in memory (the loader's, or the kernel's AT_PHDR): only
+    /// while the object is loaded; empty if unknown.
+    pub fn headers(&self) -> &[libc::Elf64_Phdr] {
+        if self.phdr == 0 || self.phnum == 0 {
+            return &[];
+        }
+        // SAFETY: the program header table this module was made from, mapped while the object
+        // is loaded (the caller's contract, as for build_id).
+        unsafe { core::slice::from_raw_parts(self.phdr as *const libc::Elf64_Phdr, self.phnum) }
+    }
+
     /// Whether `pc` lies in one of the module's executable segments.
     pub fn contains(&self, pc: usize) -> bool {
         self.segments()

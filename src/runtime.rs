@@ -50,6 +50,9 @@ impl Runtime {
 }
 
 static RUNTIME: spin::Once<Runtime> = spin::Once::new();
+/// The configuration read at load in trace mode (XRay sleds are patched there, with its
+/// filters), taken over by start-up so every setting is read, and said, once.
+static EARLY_CONFIG: spin::Once<Config> = spin::Once::new();
 /// The pthread key whose destructor gives a thread's block back, plus one (0: none).
 static THREAD_KEY: AtomicU32 = AtomicU32::new(0);
 /// Set by the load-time constructor.
@@ -140,6 +143,12 @@ extern "C" fn on_load() {
         && sys::getenv(c"INSTRFN_MODE").is_some_and(|v| v.trim_ascii() == b"trace")
     {
         arch::set_mode(1);
+        // XRay sleds have no counting call to start the runtime lazily from: they are patched
+        // now (src/xray.rs), and their first call starts it.
+        let config = EARLY_CONFIG.call_once(Config::from_env);
+        if config.trace {
+            crate::xray::on_load(config);
+        }
     }
     #[cfg(all(
         target_env = "gnu",
@@ -154,7 +163,10 @@ extern "C" fn on_load() {
 }
 
 fn start_up() -> Runtime {
-    let config = Config::from_env();
+    let config = match EARLY_CONFIG.get() {
+        Some(c) => c.clone(),
+        None => Config::from_env(),
+    };
     let exe = Module::executable();
     process::init();
     set_recording(config.start);
@@ -164,8 +176,12 @@ fn start_up() -> Runtime {
         if arch::mode() == 0 {
             arch::set_mode(1);
         }
+        if arch::mode() == 2 {
+            crate::xray::exits_off();
+        }
     } else {
         arch::set_mode(0);
+        crate::xray::disable();
     }
     if exe.count == 0 && !trace {
         message!("cannot find the executable's code segments; gmon.out will hold no data");
@@ -503,6 +519,7 @@ extern "C" fn clear_thread() {
 
 extern "C" fn api_start() {
     runtime();
+    crate::xray::set_wanted(true);
     set_recording(true);
     sampler::resume();
 }
@@ -510,6 +527,8 @@ extern "C" fn api_start() {
 extern "C" fn api_stop() {
     runtime();
     set_recording(false);
+    // The XRay sleds go back to nops (the trampolines return at once meanwhile).
+    crate::xray::set_wanted(false);
     sampler::pause();
 }
 

@@ -343,6 +343,7 @@ static KNOWN: [AtomicUsize; 1024] = [const { AtomicUsize::new(0) }; 1024];
 /// loader calls no hook of ours when it loads an object, and wrapping dlopen would make
 /// libinstrfn the caller whose RUNPATH the loader searches.)
 pub fn note_modules() {
+    crate::xray::note_objects();
     let note = |m: &crate::modules::Module| {
         let Some(lo) = m.segments().iter().map(|s| s.start).min() else {
             return;
@@ -374,6 +375,7 @@ pub fn module_unloaded(m: &crate::modules::Module) {
             k.store(usize::MAX, Ordering::Relaxed);
         }
     }
+    crate::xray::forget(lo);
     meta(format_args!("unload {lo:#x} {:#x}", arch::counter()));
 }
 
@@ -1108,7 +1110,8 @@ fn after_unwinding(tls: &mut Tls, block: &ThreadBlock, slot: usize, inclusive: b
     tls.unwound = 0;
     close_gone(tls, block, slot, inclusive, ts);
     let trampoline = arch::exit_trampoline();
-    for e in shadow_entries(tls).iter().filter(|e| live(e)) {
+    // (Not XRay frames: `ret` 0, their return address was never replaced.)
+    for e in shadow_entries(tls).iter().filter(|e| live(e) && e.ret != 0) {
         // SAFETY: the slot of a live frame of this thread (above the current one).
         unsafe {
             if *e.slot == e.ret {
@@ -1127,7 +1130,11 @@ const WALKING: usize = 2;
 /// something else now and is left alone.
 fn restore_return_addresses(tls: &mut Tls) {
     let trampoline = arch::exit_trampoline();
-    for e in shadow_entries(tls).iter().rev().filter(|e| live(e)) {
+    for e in shadow_entries(tls)
+        .iter()
+        .rev()
+        .filter(|e| live(e) && e.ret != 0)
+    {
         // SAFETY: a return slot this thread's fast path replaced; if the frame is still there
         // it holds the trampoline, and the original goes back.
         unsafe {
@@ -1319,6 +1326,133 @@ pub unsafe extern "C" fn instrfn_trace_exit_slow(tls: *mut Tls, slot: *mut usize
     ret
 }
 
+/// The slow path of the XRay trampolines (asm/x86_64-xray.s, asm/aarch64-xray.s), with the
+/// guard held and signals blocked. `slot_kind` identifies the instrumented function's frame
+/// (x86_64: its return slot, its stack pointer at entry; aarch64: its stack pointer at the
+/// sled) with the sled's kind in its low bits (0 entry, 1 exit, 2 tail call); `entry` is the
+/// function's entry of its object's table (src/xray.rs: the address, `| EXITS_ONLY` for a
+/// function without entry sled, `| NO_EXIT` for one without exit sled). Entries push a shadow entry without return address
+/// (`ret` 0: nothing is ever replaced), exits pop it; frames left behind by longjmp or an
+/// unwinder are closed (`EV_UNWOUND`) as for mcount code.
+///
+/// # Safety
+/// Only the XRay trampolines call this, with `tls` = this thread's TLS block.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn instrfn_xray_slow(tls: *mut Tls, slot_kind: usize, entry: usize) -> usize {
+    let saved_errno = sys::errno();
+    // SAFETY: per the contract, this thread's TLS block.
+    let tls = unsafe { &mut *tls };
+    let (slot, kind) = (slot_kind & !7, slot_kind & 7);
+    let func = entry & !(crate::xray::EXITS_ONLY | crate::xray::NO_EXIT);
+    let ts = arch::counter();
+    if kind == 0 {
+        xray_entry(tls, slot, func, entry & crate::xray::NO_EXIT != 0, ts);
+    } else {
+        xray_exit(tls, slot, func, entry & crate::xray::EXITS_ONLY != 0, ts);
+    }
+    // SAFETY: restores this thread's errno.
+    unsafe { *libc::__errno_location() = saved_errno };
+    0 // (aarch64's slow routine: return where the trampoline would have)
+}
+
+/// An XRay entry the fast path could not take: no chunk yet (or a full one), a full shadow
+/// stack, frames to close first.
+/// `no_exit`: the function has no exit sled (its entry is recorded without exit).
+fn xray_entry(tls: &mut Tls, slot: usize, func: usize, no_exit: bool, ts: u64) {
+    let Some(block) = crate::runtime::ready_block(tls) else {
+        return;
+    };
+    if !active() {
+        return;
+    }
+    if tls.unwound == UNWOUND {
+        after_unwinding(tls, block, slot, false, ts);
+    }
+    (tls.alt_lo, tls.alt_hi) = alt_stack();
+    // Frames at or below this one's slot are gone (longjmp; a tail call without a tail sled).
+    close_gone(tls, block, slot, true, ts);
+    let ts = if tls.trace_end == 0 && refill(tls, block) {
+        arch::counter()
+    } else {
+        ts
+    };
+    let room = tls.shadow_end != 0 && tls.shadow_top + SH_BYTES <= tls.shadow_end;
+    if !room && DROP_DEEP.load(Ordering::Relaxed) {
+        tls.dropped += 1;
+        return;
+    }
+    if !room || no_exit || arch::mode() == 2 {
+        NOEXIT.fetch_add(1, Ordering::Relaxed);
+        tls.entry_only += 1;
+        event(tls, block, EV_NOEXIT, func, ts);
+        return;
+    }
+    event(tls, block, EV_ENTRY, func, ts);
+    let e = tls.shadow_top as *mut Shadow;
+    // SAFETY: room checked above.
+    unsafe {
+        e.write(Shadow {
+            ret: 0,
+            slot: ptr::without_provenance_mut(slot),
+            func,
+            _spare: 0,
+        });
+    }
+    tls.shadow_top += SH_BYTES;
+}
+
+/// An XRay exit (or tail call) the fast path could not take: the newest shadow entry is not
+/// the returning frame's (frames left behind by longjmp or an unwinder above it; or it has
+/// none: entered before its sleds were patched, or while recording was off, or its entry was
+/// recorded without exit), or no room for the event. A function without entry sled
+/// (`exits_only`, rustc `skip-entry`) has its exit recorded alone.
+fn xray_exit(tls: &mut Tls, slot: usize, func: usize, exits_only: bool, ts: u64) {
+    // (ready_block starts the runtime: the first event of a process can be such an exit.)
+    let block = match crate::runtime::ready_block(tls) {
+        Some(b) => Some(b),
+        // SAFETY: the block this thread claimed, or null.
+        None => unsafe { tls.block.as_ref() },
+    };
+    let Some(block) = block else {
+        return;
+    };
+    let recording = crate::runtime::recording() && active();
+    if tls.unwound == UNWOUND {
+        after_unwinding(tls, block, slot, false, ts);
+    }
+    (tls.alt_lo, tls.alt_hi) = alt_stack();
+    close_gone(tls, block, slot, false, ts);
+    let Some(at) = shadow_entries(tls)
+        .iter()
+        .rposition(|e| e.slot as usize == slot)
+    else {
+        if exits_only && recording {
+            event(tls, block, EV_EXIT, func, ts);
+        }
+        return;
+    };
+    let f = shadow_entries(tls)[at].func;
+    // Newer entries of frames on this frame's stack below it are gone; the others (other
+    // stacks) stay, above a tombstone.
+    let newer = shadow_entries(tls).len() - at - 1;
+    for i in (0..newer).rev() {
+        let e = &shadow_entries(tls)[at + 1 + i];
+        let (s, g) = (e.slot as usize, e.func);
+        if live(e) && dead(tls, s, slot, false) {
+            let e = &mut shadow_entries(tls)[at + 1 + i];
+            e.slot = ptr::without_provenance_mut(TOMBSTONE);
+            event(tls, block, EV_UNWOUND, g, ts);
+        }
+    }
+    if recording {
+        event(tls, block, EV_EXIT, f, ts);
+    }
+    shadow_entries(tls)[at].slot = ptr::without_provenance_mut(TOMBSTONE);
+    while shadow_entries(tls).last().is_some_and(tombstone) {
+        pop(tls);
+    }
+}
+
 /// Before an unwinder walks this thread's stack (src/interpose.c: _Unwind_RaiseException and
 /// its siblings, backtrace): the original return addresses go back; the next event fixes up
 /// the shadow stack (closes what the unwinder removed, re-replaces what it left).
@@ -1367,7 +1501,11 @@ extern "C" fn unwind_looked() {
     let trampoline = arch::exit_trampoline();
     // Not an entry still being pushed (slot 0: the walk began in a signal handler that
     // interrupted its fast path), which restore_return_addresses left alone too.
-    for e in shadow_entries(tls).iter().filter(|e| !in_progress(e)) {
+    // Nor an XRay frame's (ret 0: its return address was never replaced).
+    for e in shadow_entries(tls)
+        .iter()
+        .filter(|e| !in_progress(e) && e.ret != 0)
+    {
         // SAFETY: a live frame's return slot, holding its original address right now.
         unsafe {
             if *e.slot == e.ret {

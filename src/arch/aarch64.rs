@@ -51,6 +51,9 @@ trampoline_asm!("../../asm/aarch64.s";
     SITE_ENTRY_ONLY = const SITE_ENTRY_ONLY,
 );
 
+// The XRay trampolines (src/xray.rs patches sleds to reach them).
+trampoline_asm!("../../asm/aarch64-xray.s");
+
 /// `naked_asm!` as the assembly is written (default options).
 macro_rules! naked {
     ($($t:tt)*) => { core::arch::naked_asm!($($t)*) };

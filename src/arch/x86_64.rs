@@ -20,6 +20,24 @@ trampoline_asm!("../../asm/x86_64.s", att_syntax;
     EV_NOEXIT = const crate::trace::layout::EV_NOEXIT,
 );
 
+// The XRay trampolines (src/xray.rs patches sleds to reach them).
+trampoline_asm!("../../asm/x86_64-xray.s", att_syntax;
+    TLS_TRACE_POS = const core::mem::offset_of!(crate::thread::Tls, trace_pos),
+    TLS_TRACE_END = const core::mem::offset_of!(crate::thread::Tls, trace_end),
+    TLS_SHADOW_TOP = const core::mem::offset_of!(crate::thread::Tls, shadow_top),
+    TLS_SHADOW_END = const core::mem::offset_of!(crate::thread::Tls, shadow_end),
+    TLS_SHADOW_BASE = const core::mem::offset_of!(crate::thread::Tls, shadow_base),
+    TLS_UNWOUND = const core::mem::offset_of!(crate::thread::Tls, unwound),
+    SH_RET = const crate::trace::layout::SH_RET,
+    SH_SLOT = const crate::trace::layout::SH_SLOT,
+    SH_FN = const crate::trace::layout::SH_FN,
+    SH_BYTES = const crate::trace::layout::SH_BYTES,
+    EV_SHIFT = const crate::trace::layout::EV_SHIFT,
+    EV_ENTRY = const crate::trace::layout::EV_ENTRY,
+    EV_EXIT = const crate::trace::layout::EV_EXIT,
+    EV_NOEXIT = const crate::trace::layout::EV_NOEXIT,
+);
+
 /// `naked_asm!` in AT&T syntax, like asm/x86_64.s.
 macro_rules! naked {
     ($($t:tt)*) => { core::arch::naked_asm!($($t)*, options(att_syntax)) };

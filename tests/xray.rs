@@ -1,0 +1,575 @@
+//! XRay sleds patched by the runtime itself (src/xray.rs, asm/x86_64-xray.s), x86_64: Rust
+//! programs built with `-Zinstrument-xray` and C programs built with clang
+//! `-fxray-instrument`, traced with `instrfn record` or LD_PRELOAD + INSTRFN_MODE=trace, and no
+//! compiler-rt runtime involved.
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn stdout_of(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr_of(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The Rust fixture built with `-Zinstrument-xray=<opts>`.
+fn app(opts: &str) -> PathBuf {
+    build_xray_rust("xray-app", X86_64.triple, "xray-app", opts, "")
+}
+
+/// How a traced run is started.
+#[derive(Clone, Copy, Debug)]
+enum Route {
+    /// `instrfn record -o DIR -- exe args`
+    Record,
+    /// LD_PRELOAD=libinstrfn.so INSTRFN_MODE=trace INSTRFN_OUTPUT=DIR exe args
+    Preload,
+}
+
+/// Runs `exe args` traced into `trace` (emptied first) with the extra environment `env`;
+/// checks it succeeds.
+fn traced(route: Route, exe: &Path, args: &[&str], env: &[(&str, &str)], trace: &Path) -> Output {
+    let _ = std::fs::remove_dir_all(trace);
+    let mut cmd = match route {
+        Route::Record => {
+            let mut c = Command::new(instrfn_cli());
+            c.arg("record")
+                .arg("-o")
+                .arg(trace)
+                .arg("--")
+                .arg(exe)
+                .args(args);
+            c
+        }
+        Route::Preload => {
+            let mut c = Command::new(exe);
+            c.args(args)
+                .env("LD_PRELOAD", runtime_lib(X86_64, Lib::Shared))
+                .env("INSTRFN_MODE", "trace")
+                .env("INSTRFN_OUTPUT", trace);
+            c
+        }
+    };
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    run_within(&mut cmd, 120)
+}
+
+/// `instrfn report DIR --format json`: completed calls per (demangled) function, and the
+/// document.
+fn report(trace: &Path) -> (BTreeMap<String, u64>, Value) {
+    let out = run_ok(
+        Command::new(instrfn_cli())
+            .arg("report")
+            .arg(trace)
+            .args(["--format", "json"]),
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut rows = BTreeMap::new();
+    for f in doc["functions"].as_array().unwrap() {
+        rows.insert(
+            f["name"].as_str().unwrap().to_string(),
+            f["calls"].as_u64().unwrap(),
+        );
+    }
+    (rows, doc)
+}
+
+/// Events of each kind whose raw (mangled) function name contains `part`, all threads.
+fn raw_count(p: &DumpProcess, kind: &str, part: &str) -> usize {
+    p.threads
+        .values()
+        .flatten()
+        .filter(|e| e.kind == kind && e.name.contains(part))
+        .count()
+}
+
+fn row(rows: &BTreeMap<String, u64>, name: &str) -> u64 {
+    rows.get(name).copied().unwrap_or(0)
+}
+
+const T: u64 = 4;
+const N: u64 = 1000;
+
+#[test]
+fn rust_counts_exact_at_four_threads() {
+    let exe = app("always");
+    let dir = workdir("xray-counts");
+    let plain = run_ok(Command::new(&exe).args(["4", "1000"]));
+    let expected = stdout_of(&plain);
+    assert!(expected.starts_with("sum "), "{expected}");
+    for (route, env) in [
+        (Route::Record, vec![]),
+        (Route::Preload, vec![]),
+        (Route::Record, vec![("INSTRFN_XRAY_WRITE", "mprotect")]),
+        (Route::Record, vec![("INSTRFN_BUFSIZE", "4096")]),
+    ] {
+        let context = format!("{route:?} {env:?}");
+        let trace = dir.join("trace");
+        let out = traced(route, &exe, &["4", "1000"], &env, &trace);
+        assert_eq!(stdout_of(&out), expected, "{context}: output changed");
+        let (rows, doc) = report(&trace);
+        assert_eq!(row(&rows, "xray_app::worker"), T, "{context}");
+        assert_eq!(row(&rows, "xray_app::work_a"), T * N, "{context}");
+        assert_eq!(row(&rows, "xray_app::work_b"), T * N, "{context}");
+        assert_eq!(row(&rows, "xray_app::main"), 1, "{context}");
+        assert_eq!(doc["exits_without_entry"], 0, "{context}");
+        let procs = instrfn_dump(&trace);
+        assert_eq!(procs.len(), 1, "{context}");
+        assert_eq!(procs[0].lost, 0, "{context}");
+        let counts = assert_balanced(&procs[0], &context);
+        for f in ["6work_a", "6work_b"] {
+            let entries: u64 = counts
+                .iter()
+                .filter(|((k, n), _)| k == "entry" && n.contains(f))
+                .map(|(_, c)| c)
+                .sum();
+            let exits: u64 = counts
+                .iter()
+                .filter(|((k, n), _)| k == "exit" && n.contains(f))
+                .map(|(_, c)| c)
+                .sum();
+            assert_eq!((entries, exits), (T * N, T * N), "{context}: {f}");
+        }
+        // Each worker thread's calls are its own: 1 worker, N work_a, N work_b.
+        let workers = procs[0]
+            .threads
+            .values()
+            .filter(|evs| evs.iter().any(|e| e.name.contains("6worker")))
+            .inspect(|evs| {
+                let n = |part: &str| {
+                    evs.iter()
+                        .filter(|e| e.kind == "entry" && e.name.contains(part))
+                        .count() as u64
+                };
+                assert_eq!(
+                    (n("6worker"), n("6work_a"), n("6work_b")),
+                    (1, N, N),
+                    "{context}"
+                );
+            })
+            .count();
+        assert_eq!(workers as u64, T, "{context}");
+    }
+}
+
+#[test]
+fn rust_caught_panic_is_balanced() {
+    let exe = app("always");
+    let dir = workdir("xray-panic");
+    let trace = dir.join("trace");
+    for route in [Route::Record, Route::Preload] {
+        let out = traced(route, &exe, &["panic", "3", "4"], &[], &trace);
+        assert_eq!(stdout_of(&out), "caught 3\n", "{route:?}");
+        let procs = instrfn_dump(&trace);
+        let p = &procs[0];
+        assert_balanced(p, &format!("{route:?}"));
+        // dive(4) .. dive(0): 5 frames per round, all closed by unwinding, 3 rounds.
+        assert_eq!(raw_count(p, "entry", "4dive"), 15, "{route:?}");
+        assert_eq!(raw_count(p, "unwound", "4dive"), 15, "{route:?}");
+        assert_eq!(raw_count(p, "exit", "4dive"), 0, "{route:?}");
+        assert_eq!(raw_count(p, "exit", "5after"), 3, "{route:?}");
+        let (rows, _) = report(&trace);
+        assert_eq!(row(&rows, "xray_app::after"), 3, "{route:?}");
+        assert_eq!(row(&rows, "xray_app::dive"), 15, "{route:?}");
+    }
+}
+
+/// `xray-app bytes`: the first 11 code bytes of work_a, work_b and worker.
+fn code_bytes(out: &Output) -> BTreeMap<String, String> {
+    stdout_of(out)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+#[test]
+fn filters_choose_what_is_patched() {
+    let exe = app("always");
+    let dir = workdir("xray-filter");
+    let trace = dir.join("trace");
+    let plain = code_bytes(&run_ok(Command::new(&exe).arg("bytes")));
+    for f in ["work_a", "work_b", "worker"] {
+        assert!(plain[f].starts_with("eb09"), "{f}: {}", plain[f]);
+    }
+    // Glob and substring patterns; the exclusion wins over the filter.
+    let env = [
+        ("INSTRFN_FILTER", "xray_app::work*, nothing_matches"),
+        ("INSTRFN_EXCLUDE", "work_b"),
+    ];
+    for route in [Route::Record, Route::Preload] {
+        let out = traced(route, &exe, &["bytes"], &env, &trace);
+        let code = code_bytes(&out);
+        assert_eq!(
+            code["work_b"], plain["work_b"],
+            "{route:?}: work_b's sled was touched"
+        );
+        for f in ["work_a", "worker"] {
+            assert!(
+                code[f].starts_with("41ba"),
+                "{route:?}: {f} unpatched: {}",
+                code[f]
+            );
+        }
+        let (rows, _) = report(&trace);
+        let names: Vec<&String> = rows.keys().collect();
+        assert_eq!(names, ["xray_app::work_a", "xray_app::worker"], "{route:?}");
+        assert_eq!(
+            (
+                row(&rows, "xray_app::work_a"),
+                row(&rows, "xray_app::worker")
+            ),
+            (1, 1)
+        );
+    }
+    // Threads, one function chosen: its exact count, nothing else.
+    let out = traced(
+        Route::Record,
+        &exe,
+        &["4", "1000"],
+        &[("INSTRFN_FILTER", "work_a")],
+        &trace,
+    );
+    assert!(stdout_of(&out).starts_with("sum "));
+    let (rows, _) = report(&trace);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(row(&rows, "xray_app::work_a"), T * N);
+    // Every sled left alone: the program runs as it does plainly.
+    let out = traced(
+        Route::Record,
+        &exe,
+        &["bytes"],
+        &[("INSTRFN_FILTER", "no_such_function")],
+        &trace,
+    );
+    assert_eq!(code_bytes(&out), plain);
+}
+
+#[test]
+fn rustc_variants() {
+    let dir = workdir("xray-variants");
+    let trace = dir.join("trace");
+    let n = 10u64;
+    let ns = n.to_string();
+    let args = ["tiny", ns.as_str()];
+    // (options, calls of tiny, calls of looping) recorded as complete calls.
+    for (opts, tiny, looping) in [
+        ("always", n, 1),
+        ("instruction-threshold=1", n, 1),
+        // Below the threshold, but a loop: looping only.
+        ("instruction-threshold=200", 0, 1),
+        ("ignore-loops,instruction-threshold=200", 0, 0),
+    ] {
+        let exe = app(opts);
+        traced(Route::Record, &exe, &args, &[], &trace);
+        let (rows, doc) = report(&trace);
+        assert_eq!(
+            (
+                row(&rows, "xray_app::tiny"),
+                row(&rows, "xray_app::looping")
+            ),
+            (tiny, looping),
+            "{opts}: {rows:?}"
+        );
+        assert_eq!(row(&rows, "xray_app::main"), 1, "{opts}");
+        assert_eq!(doc["exits_without_entry"], 0, "{opts}");
+        assert_balanced(&instrfn_dump(&trace)[0], opts);
+    }
+    // skip-entry: exits only, recorded as exits whose entry is not in the trace (the report
+    // counts them in its header, `exits_without_entry`; dump lists them).
+    let exe = app("skip-entry,always");
+    traced(Route::Record, &exe, &["4", "1000"], &[], &trace);
+    let p = &instrfn_dump(&trace)[0];
+    assert_eq!(raw_count(p, "exit", "6work_a"), (T * N) as usize);
+    assert_eq!(raw_count(p, "exit", "6worker"), T as usize);
+    assert_eq!(raw_count(p, "entry", "xray_app"), 0);
+    let (rows, doc) = report(&trace);
+    assert_eq!(row(&rows, "xray_app::work_a"), 0);
+    assert!(doc["exits_without_entry"].as_u64().unwrap() >= 2 * T * N + T);
+    // skip-exit: entries only, recorded as entries without exit.
+    let exe = app("skip-exit,always");
+    traced(Route::Record, &exe, &["4", "1000"], &[], &trace);
+    let p = &instrfn_dump(&trace)[0];
+    assert_eq!(raw_count(p, "entry-no-exit", "6work_a"), (T * N) as usize);
+    assert_eq!(raw_count(p, "entry-no-exit", "6worker"), T as usize);
+    assert_eq!(raw_count(p, "exit", "xray_app"), 0);
+    assert_eq!(raw_count(p, "unwound", "xray_app"), 0);
+    let (_, doc) = report(&trace);
+    let work_a = doc["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "xray_app::work_a")
+        .unwrap();
+    assert_eq!(work_a["entries_without_exit"], T * N);
+}
+
+#[test]
+fn clang_xray_calltree() {
+    require_tool("clang");
+    let dir = workdir("xray-clang");
+    let trace = dir.join("trace");
+    let src = fixture("c/calltree.c");
+    let obj = dir.join("calltree.o");
+    run_ok(
+        Command::new("clang")
+            .args([
+                "-O2",
+                "-fxray-instrument",
+                "-fxray-instruction-threshold=1",
+                "-c",
+            ])
+            .arg(&src)
+            .arg("-o")
+            .arg(&obj),
+    );
+    // Linked plainly (no compiler-rt), and with compiler-rt's XRay runtime linked in (which
+    // patches nothing unless XRAY_OPTIONS asks it to).
+    let plain = dir.join("calltree");
+    run_ok(
+        Command::new("clang")
+            .arg(&obj)
+            .arg("-o")
+            .arg(&plain)
+            .arg("-lpthread"),
+    );
+    let with_rt = dir.join("calltree-rt");
+    run_ok(
+        Command::new("clang")
+            .args(["-fxray-instrument"])
+            .arg(&obj)
+            .arg("-o")
+            .arg(&with_rt)
+            .arg("-lpthread"),
+    );
+    for exe in [&plain, &with_rt] {
+        for route in [Route::Record, Route::Preload] {
+            traced(route, exe, &["3", "50"], &[], &trace);
+            let procs = instrfn_dump(&trace);
+            assert_calltree(&procs[0], 3, 50, &format!("{} {route:?}", exe.display()));
+        }
+    }
+}
+
+/// The register harness (tests/fixtures/xray), statically linked with libinstrfn.a or on its
+/// own (for LD_PRELOAD).
+fn regs_harness(dir: &Path) -> (PathBuf, PathBuf) {
+    let driver = fixture("xray/regs.c");
+    let harness = fixture("xray/regs_x86_64.S");
+    let st = cc(
+        X86_64,
+        &[
+            driver.as_os_str(),
+            harness.as_os_str(),
+            // (the driver's references to these are weak: they pull nothing in by themselves)
+            OsStr::new("-Wl,-u,instrfn_stop,-u,instrfn_start"),
+            runtime_lib(X86_64, Lib::Static).as_os_str(),
+            OsStr::new("-lpthread"),
+            OsStr::new("-ldl"),
+        ],
+        &dir.join("regs-static"),
+    );
+    let dy = cc(
+        X86_64,
+        &[
+            driver.as_os_str(),
+            harness.as_os_str(),
+            OsStr::new("-lpthread"),
+        ],
+        &dir.join("regs-dynamic"),
+    );
+    (st, dy)
+}
+
+#[test]
+fn registers_survive_patched_sleds() {
+    let dir = workdir("xray-regs");
+    let trace = dir.join("trace");
+    let (st, dy) = regs_harness(&dir);
+    // Plainly: the sleds are nops.
+    let out = run_ok(&mut command(X86_64, &dy, &["check"], &[], &dir));
+    assert_eq!(stdout_of(&out), "ok 3007 3007 3007\n");
+    const CALLS: u64 = 3007;
+    for (exe, route) in [
+        (&st, None),
+        (&dy, Some(Route::Preload)),
+        (&dy, Some(Route::Record)),
+    ] {
+        for setting in [
+            ("INSTRFN_BUFSIZE", "1048576"),
+            ("INSTRFN_BUFSIZE", "4096"),
+            ("INSTRFN_TRACE_LIMIT", "100000"),
+            ("INSTRFN_EXITS", "0"),
+            ("INSTRFN_XRAY_WRITE", "mprotect"),
+        ] {
+            let context = format!("{} {route:?} {}={}", exe.display(), setting.0, setting.1);
+            let out = match route {
+                Some(r) => traced(r, exe, &["check"], &[setting], &trace),
+                None => {
+                    let _ = std::fs::remove_dir_all(&trace);
+                    let env = [
+                        ("INSTRFN_MODE", "trace"),
+                        ("INSTRFN_OUTPUT", trace.to_str().unwrap()),
+                        setting,
+                    ];
+                    run_within(&mut command(X86_64, exe, &["check"], &env, &dir), 120)
+                }
+            };
+            let text = stdout_of(&out);
+            // Stopped: the entry sled's first two bytes are the original jump again.
+            assert!(text.contains("stopped eb09"), "{context}: {text}");
+            assert!(text.contains("started 41ba"), "{context}: {text}");
+            assert!(text.ends_with("ok 3007 3007 3007\n"), "{context}: {text}");
+            let p = &instrfn_dump(&trace)[0];
+            let n = |kind: &str, f: &str| {
+                p.threads
+                    .values()
+                    .flatten()
+                    .filter(|e| e.kind == kind && e.name == f)
+                    .count() as u64
+            };
+            let got = [
+                n("entry", "xf"),
+                n("exit", "xf"),
+                n("entry", "xt"),
+                n("exit", "xt"),
+                n("exit", "xo"),
+            ];
+            match setting.0 {
+                "INSTRFN_EXITS" => {
+                    assert_eq!(got, [0; 5], "{context}");
+                    assert_eq!(
+                        (n("entry-no-exit", "xf"), n("entry-no-exit", "xt")),
+                        (CALLS, CALLS),
+                        "{context}"
+                    );
+                }
+                "INSTRFN_TRACE_LIMIT" => {
+                    assert!(p.lost > 0, "{context}");
+                    assert_eq!(got[0], got[1], "{context}");
+                    assert_eq!(got[2], got[3], "{context}");
+                    assert_eq!(got.iter().sum::<u64>() + p.lost, 5 * CALLS, "{context}");
+                }
+                _ => assert_eq!(got, [CALLS; 5], "{context}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn the_harness_catches_clobbering_trampolines() {
+    // Sleds patched by hand into calls of stubs that clobber rdi (entry) and rdx (exit).
+    let dir = workdir("xray-regs-negative");
+    let (_, dy) = regs_harness(&dir);
+    let out = run(&mut command(X86_64, &dy, &["fake"], &[], &dir));
+    assert!(!out.status.success());
+    let err = stderr_of(&out);
+    assert!(err.contains("fake entry: register #5 clobbered\n"), "{err}");
+    assert!(
+        err.contains("fake exit: register #3 clobbered by the return"),
+        "{err}"
+    );
+}
+
+#[test]
+fn clang_xray_cpp_exceptions_are_balanced() {
+    // C++ throw through XRay frames with destructors (cleanup pads: _Unwind_Resume), caught,
+    // and a rethrow: the thrown-through frames closed as unwound at the catch
+    // (__cxa_begin_catch), the catching frames traced returning.
+    require_tool("clang++");
+    let dir = workdir("xray-cpp");
+    let trace = dir.join("trace");
+    let exe = dir.join("throw");
+    run_ok(
+        Command::new("clang++")
+            .args(["-O2", "-fxray-instrument", "-fxray-instruction-threshold=1"])
+            .arg(fixture("c/throw.cpp"))
+            .arg("-o")
+            .arg(&exe),
+    );
+    let plain = run_ok(Command::new(&exe).args(["4", "6"]));
+    assert_eq!(stdout_of(&plain), "caught 8\n");
+    for route in [Route::Record, Route::Preload] {
+        let out = traced(route, &exe, &["4", "6"], &[], &trace);
+        assert_eq!(stdout_of(&out), stdout_of(&plain), "{route:?}");
+        let counts = assert_balanced(&instrfn_dump(&trace)[0], "c++");
+        // thrower(6) is 7 frames, thrower(1) 2, per round
+        assert_eq!(
+            count_of(&counts, "unwound", "_Z7throwerm"),
+            4 * 9,
+            "{counts:?}"
+        );
+        assert_eq!(count_of(&counts, "exit", "_Z7catcherm"), 4, "{counts:?}");
+        assert_eq!(count_of(&counts, "exit", "_Z5afterv"), 4, "{counts:?}");
+        assert_eq!(count_of(&counts, "exit", "main"), 1, "{counts:?}");
+    }
+}
+
+/// Runs the aarch64 build of `exe` under qemu-aarch64 with the aarch64 libinstrfn.so preloaded
+/// in trace mode (qemu ignores writes to /proc/self/mem: the sleds are patched with mprotect).
+fn qemu_traced(exe: &Path, args: &[&str], env: &[(&str, &str)], trace: &Path) -> Output {
+    let _ = std::fs::remove_dir_all(trace);
+    let lib = runtime_lib(AARCH64, Lib::Shared);
+    let lib = lib.to_str().unwrap();
+    let t = trace.to_str().unwrap();
+    let mut all = vec![
+        ("LD_PRELOAD", lib),
+        ("INSTRFN_MODE", "trace"),
+        ("INSTRFN_OUTPUT", t),
+    ];
+    all.extend_from_slice(env);
+    run_within(
+        &mut command(AARCH64, exe, args, &all, trace.parent().unwrap()),
+        300,
+    )
+}
+
+#[test]
+fn aarch64_sleds_patched_under_qemu() {
+    let exe = build_xray_rust("xray-app", AARCH64.triple, "xray-app", "always", "");
+    let dir = workdir("xray-aarch64");
+    let trace = dir.join("trace");
+    let plain = run_ok(&mut command(AARCH64, &exe, &["4", "1000"], &[], &dir));
+    // Exact counts at 4 threads.
+    let out = qemu_traced(&exe, &["4", "1000"], &[], &trace);
+    assert_eq!(stdout_of(&out), stdout_of(&plain));
+    let (rows, doc) = report(&trace);
+    assert_eq!(row(&rows, "xray_app::worker"), T);
+    assert_eq!(row(&rows, "xray_app::work_a"), T * N);
+    assert_eq!(row(&rows, "xray_app::work_b"), T * N);
+    assert_eq!(doc["exits_without_entry"], 0);
+    assert_balanced(&instrfn_dump(&trace)[0], "aarch64");
+    // A caught panic: balanced, the thrown-through frames unwound.
+    let out = qemu_traced(&exe, &["panic", "3", "4"], &[], &trace);
+    assert_eq!(stdout_of(&out), "caught 3\n");
+    let p = &instrfn_dump(&trace)[0];
+    assert_balanced(p, "aarch64 panic");
+    assert_eq!(raw_count(p, "entry", "4dive"), 15);
+    assert_eq!(raw_count(p, "unwound", "4dive"), 15);
+    assert_eq!(raw_count(p, "exit", "5after"), 3);
+    // Filtered: the others' sleds keep their original `b #32; nop...`.
+    let plain_bytes = code_bytes(&run_ok(&mut command(AARCH64, &exe, &["bytes"], &[], &dir)));
+    assert!(
+        plain_bytes["work_b"].starts_with("08000014"),
+        "{plain_bytes:?}"
+    );
+    let out = qemu_traced(&exe, &["bytes"], &[("INSTRFN_FILTER", "work_a")], &trace);
+    let code = code_bytes(&out);
+    assert_eq!(code["work_b"], plain_bytes["work_b"]);
+    assert_eq!(code["worker"], plain_bytes["worker"]);
+    assert!(
+        code["work_a"].starts_with("e07bbfa9"),
+        "stp x0, x30: {code:?}"
+    );
+    let (rows, _) = report(&trace);
+    assert_eq!(rows.keys().collect::<Vec<_>>(), ["xray_app::work_a"]);
+}
