@@ -7,7 +7,8 @@
 //! The traces are of clang `-fxray-instrument` binaries that also call
 //! `__cyg_profile_func_enter/exit` (`-finstrument-functions-after-inlining`): their events
 //! carry exactly the function addresses of the binary's XRay map. [`check_xray_log`] takes any
-//! traced XRay binary (a trace recorded through natively patched sleds goes the same way).
+//! traced XRay binary; `rust_native_trace_read_back_by_llvm_xray` is a trace recorded through
+//! natively patched sleds of a rustc `-Zinstrument-xray=always` binary.
 
 mod common;
 
@@ -119,6 +120,29 @@ fn account(bin: &Path, log: &Path) -> BTreeMap<String, u64> {
         );
     }
     counts
+}
+
+/// `llvm-xray account -format=csv` rows as (function, count), names possibly repeated.
+fn account_rows(bin: &Path, log: &Path) -> Vec<(String, u64)> {
+    let out = run_ok(
+        Command::new(llvm_xray())
+            .args(["account", "-format=csv"])
+            .arg(format!("-instr_map={}", bin.display()))
+            .arg(log),
+    );
+    assert!(text(&out.stderr).trim().is_empty(), "{}", text(&out.stderr));
+    text(&out.stdout)
+        .lines()
+        .skip(1)
+        .map(|line| {
+            let name = line
+                .rsplit_once(",\"")
+                .map_or("", |(_, n)| n)
+                .trim_end_matches('"');
+            let n = line.split(',').nth(1).and_then(|c| c.parse().ok());
+            (name.to_string(), n.unwrap_or_else(|| panic!("{line}")))
+        })
+        .collect()
 }
 
 /// One record of `llvm-xray convert -output-format=yaml`.
@@ -518,4 +542,80 @@ fn unknown_format_names_the_choices() {
         "{stderr}"
     );
     assert!(!dir.join("x").exists());
+}
+
+/// A trace recorded through natively patched sleds (tests/fixtures/xray-app built with
+/// `-Zinstrument-xray=always`, no XRay runtime linked) exported and read by llvm-xray: the
+/// fixture's own functions have their exact counts in `account` and `stack`, every function
+/// with records has the count `instrfn report` gives it (std's generics instantiated in the
+/// crate have sleds too, with counts only the run knows), and the records nest per thread.
+#[test]
+fn rust_native_trace_read_back_by_llvm_xray() {
+    let dir = workdir("xray-export-rust");
+    let bin = build_xray_rust("xray-app", X86_64.triple, "xray-app", "always", "");
+    let (t, n) = (T.to_string(), N.to_string());
+    let trace = record(
+        &dir,
+        "trace",
+        &[bin.as_os_str(), OsStr::new(&t), OsStr::new(&n)],
+    );
+    let log = dir.join("rust.xray");
+    let out = export(&trace, &log, &[]);
+    assert!(out.status.success(), "export: {}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).trim().is_empty(),
+        "every recorded function is in the map: {}",
+        text(&out.stderr)
+    );
+    // Distinct functions may demangle alike (generics differ by hash only): rows by id.
+    let rows = account_rows(&bin, &log);
+    let counts: BTreeMap<String, u64> = rows.iter().cloned().collect();
+    for (name, want) in [
+        ("xray_app::main", 1),
+        ("xray_app::worker", T),
+        ("xray_app::work_a", T * N),
+        ("xray_app::work_b", T * N),
+    ] {
+        assert_eq!(counts.get(name), Some(&want), "{name}: {counts:?}");
+    }
+    // The same calls as the report's, function by function (llvm's demangler may add an
+    // `(.llvm.N)` suffix that rustc-demangle drops, so compared as sorted counts), in all.
+    let report = run_ok(
+        Command::new(instrfn_cli())
+            .args(["report", "--format", "json", "--limit", "0"])
+            .arg(&trace),
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    let mut ours: Vec<u64> = doc["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["calls"].as_u64().unwrap())
+        .collect();
+    let mut theirs: Vec<u64> = rows.iter().map(|r| r.1).collect();
+    ours.sort_unstable();
+    theirs.sort_unstable();
+    assert_eq!(ours, theirs, "per-function counts, report vs account");
+    assert_eq!(
+        stack_counts(&bin, &log).values().sum::<u64>(),
+        theirs.iter().sum::<u64>(),
+        "llvm-xray stack"
+    );
+    let records = convert_yaml(&bin, &log);
+    assert!(
+        records.windows(2).all(|w| w[0].tsc <= w[1].tsc),
+        "time order"
+    );
+    let threads: BTreeSet<u64> = records.iter().map(|r| r.thread).collect();
+    assert_eq!(threads.len() as u64, T + 1, "threads");
+    let mut stacks: BTreeMap<u64, Vec<i64>> = BTreeMap::new();
+    for r in &records {
+        let s = stacks.entry(r.thread).or_default();
+        if r.enter {
+            s.push(r.func_id);
+        } else {
+            assert_eq!(s.pop(), Some(r.func_id), "unbalanced exit {r:?}");
+        }
+    }
+    assert!(stacks.values().all(Vec::is_empty), "calls left open");
 }
