@@ -1,0 +1,74 @@
+//! An independent reference for call counts: valgrind's callgrind, in the same run
+//! (scripts/callgrind-check.py: callgrind with `--smc-check=all` follows the code instrfn
+//! patches while the program runs). Every function instrfn records must have callgrind's exact
+//! count, and the program's output must be unchanged.
+
+mod common;
+
+use common::*;
+use std::process::Command;
+
+/// Runs scripts/callgrind-check.py on `cmd`; returns its summary line after checking it passed.
+fn callgrind_check(cmd: &[&str], extra: &[&str]) -> String {
+    require_tool("valgrind");
+    require_tool("python3");
+    runtime_lib(X86_64, Lib::Shared);
+    let out = run(Command::new("python3")
+        .arg(root().join("scripts/callgrind-check.py"))
+        .arg("--instrfn")
+        .arg(instrfn_cli())
+        .arg("--lib")
+        .arg(runtime_lib(X86_64, Lib::Shared))
+        .args(extra)
+        .arg("--")
+        .args(cmd));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "callgrind-check failed ({:?}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// "callgrind-check: N of M functions …": (N, M).
+fn matched(summary: &str) -> (u64, u64) {
+    let words: Vec<&str> = summary.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "of").expect(summary);
+    (
+        words[at - 1].parse().unwrap(),
+        words[at + 1].parse().unwrap(),
+    )
+}
+
+#[test]
+fn natively_patched_rust_counts_equal_callgrinds() {
+    let bin = build_xray_rust("xray-app", X86_64.triple, "xray-app", "always", "");
+    let summary = callgrind_check(&[bin.to_str().unwrap(), "4", "2000"], &[]);
+    let (same, all) = matched(&summary);
+    // main, worker, work_a, work_b and the std generics instantiated in the crate.
+    assert!(same == all && all >= 4, "{summary}");
+}
+
+#[test]
+fn finstrument_functions_counts_equal_callgrinds() {
+    require_tool("clang");
+    let dir = workdir("callgrind-cyg");
+    let exe = dir.join("calltree");
+    run_ok(
+        Command::new("clang")
+            .args([
+                "-O1",
+                "-Wno-unknown-attributes",
+                "-finstrument-functions-after-inlining",
+            ])
+            .arg(fixture("c/calltree.c"))
+            .arg("-o")
+            .arg(&exe)
+            .arg("-lpthread"),
+    );
+    let summary = callgrind_check(&[exe.to_str().unwrap(), "4", "3000"], &[]);
+    // main, run, a, b, c.
+    assert_eq!(matched(&summary), (5, 5), "{summary}");
+}
