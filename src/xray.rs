@@ -730,6 +730,12 @@ fn discover(m: &Module, lo: usize) -> Object {
     let Some(map_section) = elf.find(b"xray_instr_map") else {
         return o;
     };
+    // instrfn-xray (the compiler-rt route) marks the objects it is linked into with a section
+    // of this name: there compiler-rt patches the sleds and calls instrfn's handler, and two
+    // patchers of one sled would race (silently: that is the configuration asked for).
+    if elf.find(b"instrfn_xray_crt").is_some() {
+        return o;
+    }
     let n = map_section.size as usize / ENTRY_BYTES;
     let base = (map_section.addr as usize).wrapping_add(m.bias);
     // The map must lie in a loaded segment (it is SHF_ALLOC).

@@ -45,6 +45,15 @@ instrfn_xray_table:
 #   caller-saved; __cyg_profile_func_enter/_exit preserve every register. Touches no stack:
 #   the tail jump leaves compiler-rt's return address at (%rsp) for the runtime to return to.
 #   An id outside the table, or without an address, returns at once.
+# The mark of an object whose sleds compiler-rt patches for this handler: instrfn's own sled
+# patcher (src/xray.rs) leaves objects with a section of this name alone, so that no sled has
+# two patchers. Kept by the linker (--gc-sections) through the handler's R_X86_64_NONE
+# reference below, in stripped binaries too (an allocated section).
+    .pushsection instrfn_xray_crt,"a",@progbits
+instrfn_xray_crt_mark:
+    .byte 1
+    .popsection
+
     .text
     .p2align 4
     .globl instrfn_xray_handler
@@ -52,6 +61,7 @@ instrfn_xray_table:
     .type instrfn_xray_handler,@function
 instrfn_xray_handler:
     .cfi_startproc
+    .reloc ., R_X86_64_NONE, instrfn_xray_crt_mark
     movl %edi, %edi                             # zero-extended: a negative id fails the bound
     cmpq instrfn_xray_table+8(%rip), %rdi       # id < len?
     jae 1f
