@@ -56,7 +56,14 @@ fn build_xray_c(dir: &Path, src: &str) -> PathBuf {
 }
 
 /// `instrfn record -o DIR/<name> -- cmd…` (the runtime built and current), checked to succeed.
+/// The C fixtures record through their `-finstrument-functions` hooks: their XRay sleds are
+/// left unpatched (INSTRFN_EXCLUDE='*'), or every call would be recorded twice.
 fn record(dir: &Path, name: &str, cmd: &[&OsStr]) -> PathBuf {
+    record_with(dir, name, cmd, &[("INSTRFN_EXCLUDE", "*")])
+}
+
+/// `instrfn record` with `env`: an empty one patches every XRay sled natively.
+fn record_with(dir: &Path, name: &str, cmd: &[&OsStr], env: &[(&str, &str)]) -> PathBuf {
     runtime_lib(X86_64, Lib::Shared);
     let trace = dir.join(name);
     let _ = std::fs::remove_dir_all(&trace);
@@ -67,6 +74,7 @@ fn record(dir: &Path, name: &str, cmd: &[&OsStr]) -> PathBuf {
             .arg(&trace)
             .arg("--")
             .args(cmd)
+            .envs(env.iter().copied())
             .current_dir(dir),
     );
     trace
@@ -554,10 +562,11 @@ fn rust_native_trace_read_back_by_llvm_xray() {
     let dir = workdir("xray-export-rust");
     let bin = build_xray_rust("xray-app", X86_64.triple, "xray-app", "always", "");
     let (t, n) = (T.to_string(), N.to_string());
-    let trace = record(
+    let trace = record_with(
         &dir,
         "trace",
         &[bin.as_os_str(), OsStr::new(&t), OsStr::new(&n)],
+        &[],
     );
     let log = dir.join("rust.xray");
     let out = export(&trace, &log, &[]);
