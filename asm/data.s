@@ -90,6 +90,8 @@ instrfn_all_signals:
     .hidden instrfn_spawn_marker
     .hidden instrfn_module_closing
     .hidden instrfn_module_closed
+    .hidden instrfn_dlopen_wanted
+    .hidden instrfn_module_opened
     .hidden instrfn_crash_hidden
     .hidden instrfn_crash_yield
     .hidden instrfn_unwind_begin

@@ -1,9 +1,10 @@
 /* instrfn: wrappers of the glibc entry points that replace or start program images, and of
- * dlclose. Built by build.rs for glibc targets only and linked into every artifact of the
- * runtime (whole archive), so the wrappers interpose libc's functions whether the runtime is
- * preloaded or linked into the program.
+ * dlopen and dlclose. Built by build.rs for glibc targets only and linked into every artifact
+ * of the runtime (whole archive), so the wrappers interpose libc's functions whether the
+ * runtime is preloaded or linked into the program.
  *
- * Plain C, compiled without instrumentation: it holds no logic of its own. Each wrapper calls
+ * Plain C, compiled without instrumentation: it holds no logic of its own (but for the dlopen
+ * route's look at the caller, which needs the loader's own answers). Each wrapper calls
  * the runtime (guarded entry points in src/runtime.rs, which hold the re-entry guard and block
  * signals while they run) before and after the real function, found with dlsym(RTLD_NEXT) by
  * this file's constructor, at load, where that is safe. The wrappers themselves run with the
@@ -17,6 +18,20 @@
  *                the INSTRFN_* settings of this process it does not set itself.
  *   dlclose      a library that is really unloaded gets its profile written, and its counts
  *                are kept apart from whatever is loaded at its address later.
+ *   dlopen, dlmopen (LM_ID_BASE)  in trace mode, after a real call that succeeded: the objects
+ *                it loaded are noted before it returns (their XRay sleds patched, their
+ *                `module` lines written). The loader takes the calling object from the return
+ *                address (its RPATH/RUNPATH for a name without a slash, its directory for
+ *                $ORIGIN, its namespace, the new object's loader chain), so the exported
+ *                names are routed jumps (src/interpose.rs): a route function below looks at
+ *                the arguments and the caller first, and the call goes on either to the
+ *                wrapper, which calls the real function from this object, or — when that could
+ *                change what the loader does (see same_for_caller), in gmon mode (nothing to
+ *                do: a library's counts are found by address when the profile is written),
+ *                for RTLD_NOLOAD and dlopen(NULL) (nothing loaded) and for another namespace
+ *                (the runtime sees the base namespace only) — straight to libc's function
+ *                with the caller's return address, exactly as if unwrapped; such objects are
+ *                noted at the next exit, exec, dlclose or instrfn_flush(), as before.
  *   _Unwind_RaiseException, _Unwind_Resume, _Unwind_Resume_or_Rethrow, _Unwind_ForcedUnwind
  *                (C++ throw, Rust panic and resume_unwind, pthread_exit/cancel): in trace mode the
  *                original return addresses go back into the frames first (src/trace.rs), so the
@@ -63,6 +78,8 @@ void instrfn_unwind_begin(void);
 void instrfn_unwind_looked(void);
 void instrfn_unwind_walk_begin(void);
 void instrfn_unwind_caught(void *boundary);
+int instrfn_dlopen_wanted(void);
+void instrfn_module_opened(void);
 
 #define HIDDEN __attribute__((visibility("hidden")))
 #define MARKER_BYTES 64
@@ -75,12 +92,17 @@ typedef int fexecve_fn(int, char *const[], char *const[]);
 typedef int spawn_fn(pid_t *, const char *, const posix_spawn_file_actions_t *,
                      const posix_spawnattr_t *, char *const[], char *const[]);
 typedef int dlclose_fn(void *);
+typedef void *dlopen_fn(const char *, int);
+typedef void *dlmopen_fn(Lmid_t, const char *, int);
 
 static execve_fn *real_execve, *real_execvpe;
 static execveat_fn *real_execveat;
 static fexecve_fn *real_fexecve;
 static spawn_fn *real_posix_spawn, *real_posix_spawnp;
 static dlclose_fn *real_dlclose;
+/* dlopen_fn and dlmopen_fn, read and written atomically: a dlopen may come before the
+ * constructor, from any thread. */
+static void *real_dlopen, *real_dlmopen;
 typedef int sigaction_fn(int, const struct sigaction *, struct sigaction *);
 /* Also used by the runtime for its own handlers (src/sys.rs). */
 HIDDEN sigaction_fn *instrfn_real_sigaction;
@@ -93,6 +115,8 @@ __attribute__((constructor)) static void resolve(void) {
     real_posix_spawn = (spawn_fn *)dlsym(RTLD_NEXT, "posix_spawn");
     real_posix_spawnp = (spawn_fn *)dlsym(RTLD_NEXT, "posix_spawnp");
     real_dlclose = (dlclose_fn *)dlsym(RTLD_NEXT, "dlclose");
+    __atomic_store_n(&real_dlopen, dlsym(RTLD_NEXT, "dlopen"), __ATOMIC_RELAXED);
+    __atomic_store_n(&real_dlmopen, dlsym(RTLD_NEXT, "dlmopen"), __ATOMIC_RELAXED);
     if (!instrfn_real_sigaction)
         instrfn_real_sigaction = (sigaction_fn *)dlsym(RTLD_NEXT, "sigaction");
 }
@@ -274,6 +298,159 @@ HIDDEN int instrfn_c_dlclose(void *handle) {
     instrfn_module_closed(state);
     errno = e;
     return r;
+}
+
+/* dlopen and dlmopen (see the header). */
+
+/* Where a routed call goes when libc's function cannot be found: fails as dlclose's does. */
+static void *dl_missing(void) {
+    errno = ENOSYS;
+    return NULL;
+}
+
+/* The real function, looked up here if the constructor has not run yet (another object's
+ * constructor may dlopen before it). */
+static void *real_fn(void **slot, const char *name) {
+    void *f = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    if (!f) {
+        f = dlsym(RTLD_NEXT, name);
+        __atomic_store_n(slot, f, __ATOMIC_RELAXED);
+    }
+    return f;
+}
+
+/* After a real call that succeeded: the runtime notes the objects loaded (errno kept; no dl*
+ * function that touches dlerror()'s state runs in there). */
+static void opened(void) {
+    int e = errno;
+    instrfn_module_opened();
+    errno = e;
+}
+
+static void *dlopen_noted(const char *file, int mode) {
+    void *h = ((dlopen_fn *)__atomic_load_n(&real_dlopen, __ATOMIC_RELAXED))(file, mode);
+    if (h) opened();
+    return h;
+}
+
+static void *dlmopen_noted(Lmid_t lmid, const char *file, int mode) {
+    void *h = ((dlmopen_fn *)__atomic_load_n(&real_dlmopen, __ATOMIC_RELAXED))(lmid, file, mode);
+    if (h) opened();
+    return h;
+}
+
+/* The object holding `addr`, found as the loader finds a dlopen caller, or NULL. */
+static struct link_map *object_at(const void *addr) {
+    Dl_info info;
+    struct link_map *lm = NULL;
+    if (!dladdr1(addr, &info, (void **)&lm, RTLD_DL_LINKMAP)) return NULL;
+    return lm;
+}
+
+/* lm's dynamic entry with this tag, or NULL. */
+static const ElfW(Dyn) *dyn_entry(const struct link_map *lm, ElfW(Sxword) tag) {
+    for (const ElfW(Dyn) *d = lm->l_ld; d && d->d_tag != DT_NULL; d++)
+        if (d->d_tag == tag) return d;
+    return NULL;
+}
+
+static int nodeflib(const struct link_map *lm) {
+    const ElfW(Dyn) *d = dyn_entry(lm, DT_FLAGS_1);
+    return d && (d->d_un.d_val & DF_1_NODEFLIB);
+}
+
+#define SEARCH_BYTES 4096
+
+/* The directories the loader searches, in order, for a name without a slash that lm loads
+ * (dlinfo RTLD_DI_SERINFO: its RPATH and those of the objects that loaded it, the program's
+ * RPATH, LD_LIBRARY_PATH, its RUNPATH, the default directories; ld.so.cache is tried before
+ * the last), into buf; 0 if that fails or needs more than SEARCH_BYTES. */
+static int search_path(struct link_map *lm, Dl_serinfo *buf) {
+    Dl_serinfo size;
+    if (dlinfo(lm, RTLD_DI_SERINFOSIZE, &size) != 0 || size.dls_size > SEARCH_BYTES) return 0;
+    buf->dls_size = size.dls_size;
+    buf->dls_cnt = size.dls_cnt;
+    return dlinfo(lm, RTLD_DI_SERINFO, buf) == 0;
+}
+
+/* The first index from i on whose directory does not come earlier in s (or dls_cnt). */
+static unsigned first_new(const Dl_serinfo *s, unsigned i) {
+    for (; i < s->dls_cnt; i++) {
+        unsigned j = 0;
+        while (j < i && strcmp(s->dls_serpath[j].dls_name, s->dls_serpath[i].dls_name) != 0) j++;
+        if (j == i) break;
+    }
+    return i;
+}
+
+/* Whether a and b search the same directories in the same order, each taken where it first
+ * comes (a directory tried again finds what it found the first time: nothing). */
+static int same_dirs(const Dl_serinfo *a, const Dl_serinfo *b) {
+    unsigned i = 0, j = 0;
+    for (;;) {
+        i = first_new(a, i);
+        j = first_new(b, j);
+        if (i == a->dls_cnt || j == b->dls_cnt) return i == a->dls_cnt && j == b->dls_cnt;
+        if (strcmp(a->dls_serpath[i].dls_name, b->dls_serpath[j].dls_name) != 0) return 0;
+        i++;
+        j++;
+    }
+}
+
+/* Whether objects c and w (neither with a RUNPATH: the RPATHs of c's loaders are not visible
+ * then) search the same path, the RPATHs of their loaders included, and both use the
+ * default directories and ld.so.cache or neither does. Its own frame (8 KiB of buffers). */
+__attribute__((noinline)) static int same_search(struct link_map *c, struct link_map *w) {
+    if (dyn_entry(c, DT_RUNPATH) || dyn_entry(w, DT_RUNPATH) || nodeflib(c) != nodeflib(w))
+        return 0;
+    union {
+        Dl_serinfo info;
+        char bytes[SEARCH_BYTES];
+    } a, b;
+    return search_path(c, &a.info) && search_path(w, &b.info) && same_dirs(&a.info, &b.info);
+}
+
+/* Whether the loader, asked from this object, does for `file` exactly what it does when asked
+ * from the object at `caller` (glibc's dl_open_worker and _dl_map_object): the same object
+ * (the program, when the runtime is linked into it); else the caller in the base namespace,
+ * no dynamic string token in the name ($ORIGIN is the caller's directory), and either a path
+ * (no search) from the program itself — the new object's loader then is the program either
+ * way for the RPATH inheritance of its own dependencies, this object having no RPATH — or a
+ * search path equal to this object's. */
+static int same_for_caller(const char *file, const void *caller) {
+    struct link_map *c = object_at(caller), *w = object_at((const void *)same_for_caller);
+    if (!c || !w) return 0;
+    if (c == w) return 1;
+    if (strchr(file, '$')) return 0;
+    Lmid_t ns = -1;
+    if (dlinfo(c, RTLD_DI_LMID, &ns) != 0 || ns != LM_ID_BASE) return 0;
+    if (strchr(file, '/') && c->l_prev == NULL && !dyn_entry(w, DT_RPATH)) return 1;
+    return same_search(c, w);
+}
+
+/* Whether a call with these arguments from `caller` goes to the wrapper; errno is kept (the
+ * checks' dl* calls may change dlerror()'s state: the real call sets it afresh in any case). */
+static int noted_call(Lmid_t lmid, const char *file, int mode, const void *caller) {
+    if (lmid != LM_ID_BASE || !file || (mode & RTLD_NOLOAD)) return 0;
+    int e = errno;
+    int r = instrfn_dlopen_wanted() && same_for_caller(file, caller);
+    errno = e;
+    return r;
+}
+
+/* The route functions of the exported dlopen and dlmopen (src/interpose.rs): called with the
+ * caller's arguments and return address, they return the function the call goes on to. */
+HIDDEN void *instrfn_c_dlopen_route(const char *file, int mode, uintptr_t unused, const void *caller) {
+    (void)unused;
+    void *real = real_fn(&real_dlopen, "dlopen");
+    if (!real) return (void *)dl_missing;
+    return noted_call(LM_ID_BASE, file, mode, caller) ? (void *)dlopen_noted : real;
+}
+
+HIDDEN void *instrfn_c_dlmopen_route(Lmid_t lmid, const char *file, int mode, const void *caller) {
+    void *real = real_fn(&real_dlmopen, "dlmopen");
+    if (!real) return (void *)dl_missing;
+    return noted_call(lmid, file, mode, caller) ? (void *)dlmopen_noted : real;
 }
 
 HIDDEN int instrfn_c_sigaction(int sig, const struct sigaction *act, struct sigaction *old) {

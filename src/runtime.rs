@@ -703,6 +703,37 @@ guarded_entry! {
     pub fn instrfn_module_closed(state: *mut c_void) => module_closed
 }
 
+/// Asked by the dlopen route (src/interpose.c) before the real call: whether the objects a
+/// dlopen loads are to be noted at once. In trace mode (chosen at load, or started since):
+/// their XRay sleds must be patched before the caller can call them, and their `module` lines
+/// are best written while the process is sure to be alive. Gmon mode needs nothing: a
+/// library's arcs are kept by address and its profile is found when it is written (or at
+/// dlclose).
+extern "C" fn dlopen_wanted() -> c_int {
+    (arch::mode() != 0) as c_int
+}
+
+/// After a real dlopen (or dlmopen into the base namespace) that succeeded: the objects it
+/// loaded are noted (src/trace.rs `note_opened`). Their constructors have already run.
+extern "C" fn module_opened() {
+    if arch::mode() == 0 || started().is_some_and(|rt| !rt.owned_here()) {
+        return;
+    }
+    crate::trace::note_opened();
+}
+
+guarded_entry! {
+    /// Called by the dlopen route before the real dlopen: 1 if the wrapper is to note what it
+    /// loads.
+    #[unsafe(no_mangle)]
+    pub fn instrfn_dlopen_wanted() -> c_int => dlopen_wanted
+}
+guarded_entry! {
+    /// Called by the dlopen wrapper after a real dlopen that succeeded.
+    #[unsafe(no_mangle)]
+    pub fn instrfn_module_opened() => module_opened
+}
+
 guarded_entry! {
     /// Called by the posix_spawn wrappers for the INSTRFN_TREE entry of the child.
     #[unsafe(no_mangle)]

@@ -339,11 +339,26 @@ fn write_header() {
 static KNOWN: [AtomicUsize; 1024] = [const { AtomicUsize::new(0) }; 1024];
 
 /// Writes a `module` line for each loaded object that has none yet: every object at start, and
-/// later (at exit, exec and before each dlclose) the ones `dlopen` loaded meanwhile. (The
-/// loader calls no hook of ours when it loads an object, and wrapping dlopen would make
-/// libinstrfn the caller whose RUNPATH the loader searches.)
+/// later the ones `dlopen` loaded meanwhile: right after a dlopen the wrapper could make on
+/// the caller's behalf ([`note_opened`]), else at exit, exec, before each dlclose and at
+/// `instrfn_flush` (the loader calls no hook of ours when it loads an object).
 pub fn note_modules() {
     crate::xray::note_objects();
+    module_lines();
+}
+
+/// After a dlopen that loaded objects (src/runtime.rs `module_opened`, trace mode): their
+/// XRay sleds are patched before it returns (waiting for another thread that is patching), and
+/// their `module` lines written if the trace has started (else start-up writes them).
+pub fn note_opened() {
+    crate::xray::note_objects_waiting();
+    if active() {
+        module_lines();
+    }
+}
+
+/// The `module` lines of [`note_modules`].
+fn module_lines() {
     let note = |m: &crate::modules::Module| {
         let Some(lo) = m.segments().iter().map(|s| s.start).min() else {
             return;

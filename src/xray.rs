@@ -432,10 +432,25 @@ pub fn disable() {
 /// `note_modules`: exit, exec, dlclose, `instrfn_flush`). Skipped if another thread is at it
 /// (or this one, interrupted: a crash handler).
 pub fn note_objects() {
+    note(false)
+}
+
+/// [`note_objects`], waiting for another thread that is at it: after a dlopen, whose objects
+/// must be patched before it returns (src/runtime.rs `module_opened`; signals blocked, so
+/// nothing that holds the lock on this thread can be interrupted by it).
+pub fn note_objects_waiting() {
+    note(true)
+}
+
+fn note(wait: bool) {
     if !ENABLED.load(Ordering::Relaxed) {
         return;
     }
-    let Some(mut reg) = REGISTRY.try_lock() else {
+    let Some(mut reg) = (if wait {
+        Some(REGISTRY.lock())
+    } else {
+        REGISTRY.try_lock()
+    }) else {
         return;
     };
     let mut w = Writer::new();

@@ -744,3 +744,81 @@ fn aarch64_shared_library_profiles() {
         assert_arcs(&arcs, &[("lib_outer", "lib_inner", N)], mode);
     }
 }
+
+/// The dlopen wrapper's routed jump on every other architecture (src/arch/*.rs
+/// `routed_jump!`), preloaded under qemu: in gmon mode the call goes straight on to libc's
+/// dlopen (the library's own profile, exact); in trace mode through the wrapper, which notes
+/// the library before dlopen returns: its `module` line is in the trace of a process killed
+/// right after its calls (no instrfn_flush), so they show by name. dlerror()'s message after a
+/// failed dlopen, and nothing after one that succeeded, either way.
+#[test]
+fn dlopen_wrapper_on_every_architecture() {
+    const N: u64 = 300;
+    for arch in [AARCH64, RISCV64, S390X] {
+        let name = arch.name;
+        let dir = workdir(&format!("{name}-dlopen-wrapper"));
+        let src = fixture("c/libwork.c");
+        let lib_args = ["-O2", "-pg", "-fPIC", "-shared"].map(OsStr::new);
+        let mut args = lib_args.to_vec();
+        args.extend(arch_flags(arch).iter().map(OsStr::new));
+        args.push(src.as_os_str());
+        let libwork = cc(arch, &args, &dir.join("libwork.so"));
+        let obj = compile(arch, Compiler::Gcc, &dir, "libuser.c", &[], "loader.o");
+        let loader = cc(
+            arch,
+            &[obj.as_os_str(), OsStr::new("-ldl")],
+            &dir.join("loader"),
+        );
+        let (n, work) = (N.to_string(), libwork.display().to_string());
+        let preload = env(arch, Link::Preload);
+        let trace = dir.join("trace");
+        let mut traced = preload.clone();
+        traced.extend([
+            ("INSTRFN_MODE", "trace".to_string()),
+            ("INSTRFN_OUTPUT", trace.display().to_string()),
+        ]);
+
+        // gmon mode: libc's dlopen, called as if unwrapped.
+        run_in(arch, &loader, &["dlopen", &n, &work], &preload, &dir);
+        let flat = gprof_flat(arch, &libwork, &dir.join("gmon.out.libwork.so"));
+        assert_calls(&flat, &[("lib_inner", N)], name);
+
+        // dlerror() after a failed and a successful dlopen: the same lines in both modes.
+        let missing = ["missing", n.as_str(), work.as_str()];
+        let plain = run_in(arch, &loader, &missing, &[], &dir);
+        assert!(
+            plain.starts_with("NULL: /nonexistent-instrfn/libnope.so: cannot open")
+                && plain.ends_with("\nloaded: (null)\n"),
+            "{name}: {plain}"
+        );
+        assert_eq!(
+            run_in(arch, &loader, &missing, &preload, &dir),
+            plain,
+            "{name}"
+        );
+        let _ = std::fs::remove_dir_all(&trace);
+        assert_eq!(
+            run_in(arch, &loader, &missing, &traced, &dir),
+            plain,
+            "{name}"
+        );
+
+        // Trace mode, killed after the calls: the library's module line came from the wrapper.
+        let _ = std::fs::remove_dir_all(&trace);
+        let env: Vec<(&str, &str)> = traced.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let out = run(&mut command(
+            arch,
+            &loader,
+            &["dlopenkill", &n, &work],
+            &env,
+            &dir,
+        ));
+        assert_eq!(out.status.code(), None, "{name}: not killed");
+        let procs = instrfn_dump(&trace);
+        let events = procs[0].threads.values().flatten();
+        let inner = events
+            .filter(|e| e.kind == "entry" && e.name == "lib_inner")
+            .count() as u64;
+        assert_eq!(inner, N, "{name}: {:?}", procs[0].header);
+    }
+}

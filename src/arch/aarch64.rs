@@ -90,6 +90,39 @@ macro_rules! tail_call {
     };
 }
 
+/// The body of a naked function that asks `$route(x0, x1, x2, return address)` where to go (an
+/// ordinary call), then continues at the function it returns with every argument register, the
+/// stack, x29 and x30 as the caller left them: the function it jumps to sees the original
+/// caller (the dlopen wrappers, src/interpose.c). The jump is a `br x16`, which a `bti c`
+/// landing pad accepts.
+#[allow(unused_macros)] // only glibc targets have wrappers (src/interpose.rs)
+macro_rules! routed_jump {
+    ($route:path) => {
+        naked!(
+            ".cfi_startproc",
+            "stp x29, x30, [sp, #-48]!",
+            ".cfi_def_cfa_offset 48",
+            ".cfi_offset x29, -48",
+            ".cfi_offset x30, -40",
+            "mov x29, sp",
+            "stp x0, x1, [sp, #16]",
+            "str x2, [sp, #32]",
+            "mov x3, x30",
+            "bl {route}",
+            "mov x16, x0",
+            "ldp x0, x1, [sp, #16]",
+            "ldr x2, [sp, #32]",
+            "ldp x29, x30, [sp], #48",
+            ".cfi_def_cfa_offset 0",
+            ".cfi_restore x29",
+            ".cfi_restore x30",
+            "br x16",
+            ".cfi_endproc",
+            route = sym $route
+        )
+    };
+}
+
 /// The body of a `guarded_entry!`: x9 = `$inner`, then `instrfn_aarch64_guarded` (x9, not
 /// x16/x17: a linker veneer on the `b` may clobber those).
 macro_rules! guarded_jump {

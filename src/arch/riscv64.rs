@@ -114,6 +114,39 @@ macro_rules! tail_call {
     };
 }
 
+/// The body of a naked function that asks `$route(a0, a1, a2, return address)` where to go (an
+/// ordinary call), then continues at the function it returns with every argument register, the
+/// stack and ra as the caller left them: the function it jumps to sees the original caller
+/// (the dlopen wrappers, src/interpose.c). t1 carries the target.
+#[allow(unused_macros)] // only glibc targets have wrappers (src/interpose.rs)
+macro_rules! routed_jump {
+    ($route:path) => {
+        naked!(
+            ".cfi_startproc",
+            "addi sp, sp, -32",
+            ".cfi_def_cfa_offset 32",
+            "sd ra, 24(sp)",
+            ".cfi_offset ra, -8",
+            "sd a0, 0(sp)",
+            "sd a1, 8(sp)",
+            "sd a2, 16(sp)",
+            "mv a3, ra",
+            "call {route}",
+            "mv t1, a0",
+            "ld a0, 0(sp)",
+            "ld a1, 8(sp)",
+            "ld a2, 16(sp)",
+            "ld ra, 24(sp)",
+            ".cfi_restore ra",
+            "addi sp, sp, 32",
+            ".cfi_def_cfa_offset 0",
+            "jr t1",
+            ".cfi_endproc",
+            route = sym $route
+        )
+    };
+}
+
 /// The body of a `guarded_entry!`: t0 = `$inner`, then `instrfn_riscv64_guarded` through an
 /// `auipc`/`jalr` pair (t2 is its scratch register), which reaches anywhere.
 macro_rules! guarded_jump {

@@ -63,6 +63,39 @@ macro_rules! tail_call {
     };
 }
 
+/// The body of a naked function that asks `$route(r2, r3, r4, return address)` where to go (an
+/// ordinary call, on a frame of its own: the ABI's 160-byte save area, then r2-r4), then
+/// continues at the function it returns (through %r1) with every argument register, the stack
+/// and %r14 as the caller left them: the function it jumps to sees the original caller (the
+/// dlopen wrappers, src/interpose.c). %r14 and %r15 go to the caller's save area meanwhile.
+#[allow(unused_macros)] // only glibc targets have wrappers (src/interpose.rs)
+macro_rules! routed_jump {
+    ($route:path) => {
+        naked!(
+            ".cfi_startproc",
+            "stmg %r14, %r15, 112(%r15)",
+            ".cfi_offset %r14, -48",
+            ".cfi_offset %r15, -40",
+            "lgr %r1, %r15",
+            "aghi %r15, -184",
+            ".cfi_adjust_cfa_offset 184",
+            "stg %r1, 0(%r15)",
+            "stmg %r2, %r4, 160(%r15)",
+            "lgr %r5, %r14",
+            "brasl %r14, {route}",
+            "lgr %r1, %r2",
+            "lmg %r2, %r4, 160(%r15)",
+            "lmg %r14, %r15, 184+112(%r15)",
+            ".cfi_restore %r14",
+            ".cfi_restore %r15",
+            ".cfi_adjust_cfa_offset -184",
+            "br %r1",
+            ".cfi_endproc",
+            route = sym $route
+        )
+    };
+}
+
 /// The body of a `guarded_entry!`: %r1 = `$inner` (the ABI lets a call clobber it, and it
 /// carries no argument), then `instrfn_s390x_guarded`.
 macro_rules! guarded_jump {

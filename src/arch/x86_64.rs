@@ -97,6 +97,37 @@ macro_rules! tail_call {
     };
 }
 
+/// The body of a naked function that asks `$route(a0, a1, a2, return address)` where to go
+/// (an ordinary call, the caller's first three argument registers passed on as they came), then
+/// continues at the function it returns with every argument register, the stack and the return
+/// address as the caller left them: the function it jumps to sees the original caller, as if
+/// called from there (the dlopen wrappers, src/interpose.c).
+#[allow(unused_macros)] // only glibc targets have wrappers (src/interpose.rs)
+macro_rules! routed_jump {
+    ($route:path) => {
+        naked!(
+            ".cfi_startproc",
+            "pushq %rdi",
+            ".cfi_adjust_cfa_offset 8",
+            "pushq %rsi",
+            ".cfi_adjust_cfa_offset 8",
+            "pushq %rdx",
+            ".cfi_adjust_cfa_offset 8",
+            "movq 24(%rsp), %rcx",
+            "call {route}",
+            "popq %rdx",
+            ".cfi_adjust_cfa_offset -8",
+            "popq %rsi",
+            ".cfi_adjust_cfa_offset -8",
+            "popq %rdi",
+            ".cfi_adjust_cfa_offset -8",
+            "jmp *%rax",
+            ".cfi_endproc",
+            route = sym $route
+        )
+    };
+}
+
 /// The body of a `guarded_entry!`: %rax = `$inner`, then `instrfn_x86_64_guarded`.
 macro_rules! guarded_jump {
     ($inner:path) => {

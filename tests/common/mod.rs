@@ -635,6 +635,8 @@ pub fn expected_exports(fentry: bool, cyg: bool) -> Vec<&'static str> {
         "execveat",
         "posix_spawn",
         "posix_spawnp",
+        "dlopen",
+        "dlmopen",
         "dlclose",
         "sigaction",
         "_Unwind_RaiseException",
