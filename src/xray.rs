@@ -454,14 +454,19 @@ fn note(wait: bool) {
         return;
     };
     let mut w = Writer::new();
+    // Which registered objects are still loaded: one another thread's dlopen was loading when
+    // it was registered may have failed and been unmapped since (never unloaded through
+    // dlclose, so never forgotten); another object may now be where it was.
+    let mut seen = [false; MAX_OBJECTS];
     let mut look = |m: &Module| {
         let Some(lo) = m.segments().iter().map(|s| s.start).min() else {
             return;
         };
-        if reg.objects.iter().any(|o| o.lo == lo) {
+        if let Some(i) = reg.objects.iter().position(|o| o.lo == lo) {
+            seen[i] = true;
             return;
         }
-        let Some(slot) = reg.objects.iter_mut().find(|o| o.lo == 0) else {
+        let Some(i) = reg.objects.iter().position(|o| o.lo == 0) else {
             if !SAID_FULL.swap(true, Ordering::Relaxed) {
                 message!(
                     "more than {MAX_OBJECTS} loaded objects: the later ones' XRay sleds are not patched"
@@ -469,6 +474,8 @@ fn note(wait: bool) {
             }
             return;
         };
+        seen[i] = true;
+        let slot = &mut reg.objects[i];
         *slot = discover(m, lo);
         if slot.nsleds > 0 && !SUPPORTED {
             if !SAID_UNSUPPORTED.swap(true, Ordering::Relaxed) {
@@ -482,6 +489,17 @@ fn note(wait: bool) {
     };
     look(&Module::executable());
     crate::modules::for_each_shared_object(|m| look(m));
+    for (o, _) in reg
+        .objects
+        .iter_mut()
+        .zip(seen)
+        .filter(|(o, s)| o.lo != 0 && !s)
+    {
+        // Gone without dlclose: nothing of its code is touched again.
+        let patched = o.sleds().iter().filter(|s| s.state == 1).count();
+        PATCHED.fetch_sub(patched, Ordering::Relaxed);
+        *o = Object::EMPTY;
+    }
 }
 
 /// The object whose code started at `lo` is unloaded (dlclose): forgotten, so another
