@@ -1444,7 +1444,9 @@ fn xray_exit(tls: &mut Tls, slot: usize, func: usize, exits_only: bool, ts: u64)
             event(tls, block, EV_UNWOUND, g, ts);
         }
     }
-    if recording {
+    // Its entry was recorded: so is its exit, recording on or off (a call that straddles a
+    // stop ends as it began).
+    if active() {
         event(tls, block, EV_EXIT, f, ts);
     }
     shadow_entries(tls)[at].slot = ptr::without_provenance_mut(TOMBSTONE);
