@@ -59,10 +59,11 @@
 #
 # The guard is checked first (a runtime that was itself compiled with -Zinstrument-xray runs
 # its own code with it held: its sleds return at once), then recording (instrfn_enabled) and
-# the mode (0: tracing could not start after all). With recording off (instrfn_stop(), until
-# the sleds are put back) an entry returns at once; an exit whose frame has the newest shadow
-# entry (entered while recording) still writes its exit and pops it, so a call that straddles a
-# stop ends in the trace as it began; any other exit returns at once.
+# the mode (0: tracing could not start after all). With recording off (instrfn_stop() with
+# INSTRFN_XRAY_STOP=pause, or INSTRFN_START=off: the sleds stay patched) an entry returns at
+# once; an exit whose frame has the newest shadow entry (entered while recording) still writes
+# its exit and pops it, so a call that straddles a stop ends in the trace as it began; any other
+# exit returns at once.
 #
 # Slow path handover, as in FAST_PATH: -8(%rsp) = instrfn_xray_slow, rcx = the table entry,
 # rdx = the return slot | kind (0 entry, 1 exit, 2 tail), the caller's rcx/rdx at -16/-24(%rsp),

@@ -527,7 +527,8 @@ extern "C" fn api_start() {
 extern "C" fn api_stop() {
     runtime();
     set_recording(false);
-    // The XRay sleds go back to nops (the trampolines return at once meanwhile).
+    // The XRay sleds go back to nops (the trampolines return at once meanwhile), unless
+    // INSTRFN_XRAY_STOP=pause: then they stay patched.
     crate::xray::recording(false);
     sampler::pause();
 }

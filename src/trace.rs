@@ -1445,7 +1445,7 @@ fn xray_exit(tls: &mut Tls, slot: usize, func: usize, exits_only: bool, ts: u64)
         }
     }
     // Its entry was recorded: so is its exit, recording on or off (a call that straddles a
-    // stop ends as it began).
+    // stop with the sleds left patched, INSTRFN_XRAY_STOP=pause, ends as it began).
     if active() {
         event(tls, block, EV_EXIT, f, ts);
     }

@@ -37,7 +37,9 @@
 //! mprotect, adding PROT_WRITE to the segment and never taking PROT_EXEC away.
 //! INSTRFN_XRAY_WRITE=mprotect forces the fallback (for the tests).
 //!
-//! Stopping (instrfn_stop, moncontrol(0)) puts the heads back.
+//! Stopping (instrfn_stop, moncontrol(0)) puts the heads back by default; with
+//! INSTRFN_XRAY_STOP=pause it leaves the sleds patched and the trampolines return at once while
+//! recording is off (what the trampolines alone cost; INSTRFN_START=off then patches at load).
 //!
 //! Everything here is async-signal-safe (raw system calls, no allocation beyond mmap).
 
@@ -399,6 +401,8 @@ static REGISTRY: spin::mutex::SpinMutex<Registry> = spin::mutex::SpinMutex::new(
 
 /// Whether the chosen sleds should be patched now (trace mode and recording on).
 static WANTED: AtomicBool = AtomicBool::new(false);
+/// INSTRFN_XRAY_STOP=pause: stopping leaves the sleds patched.
+static PAUSE: AtomicBool = AtomicBool::new(false);
 /// Whether exit and tail sleds are patched (INSTRFN_EXITS; entries only without).
 static EXITS: AtomicBool = AtomicBool::new(true);
 /// Whether the runtime looks at sleds at all (trace mode was chosen at load).
@@ -418,7 +422,8 @@ static SAID_FULL: AtomicBool = AtomicBool::new(false);
 static SAID_IDS: AtomicBool = AtomicBool::new(false);
 
 /// At load, in trace mode: remembers the filters and patches the sleds of every loaded object
-/// (if recording starts at once; else [`recording`] does when it starts).
+/// (if recording starts at once, or INSTRFN_XRAY_STOP=pause; else [`recording`] does when it
+/// starts).
 pub fn on_load(config: &crate::config::Config) {
     {
         let mut f = FILTER.lock();
@@ -432,15 +437,20 @@ pub fn on_load(config: &crate::config::Config) {
         ROUTE.store(1, Ordering::Relaxed);
     }
     EXITS.store(config.exits, Ordering::Relaxed);
+    PAUSE.store(config.xray_pause, Ordering::Relaxed);
     ENABLED.store(true, Ordering::Relaxed);
-    WANTED.store(config.start, Ordering::Relaxed);
+    // Paused, the sleds are patched whether recording or not (INSTRFN_START=off included).
+    WANTED.store(config.start || config.xray_pause, Ordering::Relaxed);
     note_objects();
 }
 
 /// Recording starts (true) or stops (false) (instrfn_start/instrfn_stop, moncontrol): every
-/// chosen sled is patched, or put back.
+/// chosen sled is patched, or put back; with INSTRFN_XRAY_STOP=pause they stay patched (since
+/// load) and the trampolines return at once while recording is off.
 pub fn recording(on: bool) {
-    set_wanted(on);
+    if !PAUSE.load(Ordering::Relaxed) {
+        set_wanted(on);
+    }
 }
 
 /// Whether the chosen sleds are to be patched from now on: every one is patched, or put back.

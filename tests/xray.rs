@@ -256,6 +256,78 @@ fn filters_choose_what_is_patched() {
 }
 
 #[test]
+fn recording_off_with_sleds_patched() {
+    // INSTRFN_START=off: by default nothing is patched until recording starts; with
+    // INSTRFN_XRAY_STOP=pause every sled is patched at load and the trampolines return at once
+    // (what the trampolines alone cost): no event at all.
+    let exe = app("always");
+    let dir = workdir("xray-pause");
+    let trace = dir.join("trace");
+    let plain = code_bytes(&run_ok(Command::new(&exe).arg("bytes")));
+    let events = |trace: &Path| -> usize {
+        instrfn_dump(trace)
+            .iter()
+            .flat_map(|p| p.threads.values().flatten())
+            .count()
+    };
+    for route in [Route::Record, Route::Preload] {
+        let out = traced(route, &exe, &["bytes"], &[("INSTRFN_START", "off")], &trace);
+        assert_eq!(code_bytes(&out), plain, "{route:?}");
+        let out = traced(
+            route,
+            &exe,
+            &["bytes"],
+            &[("INSTRFN_START", "off"), ("INSTRFN_XRAY_STOP", "pause")],
+            &trace,
+        );
+        let code = code_bytes(&out);
+        for f in ["work_a", "work_b", "worker"] {
+            assert!(code[f].starts_with("6809"), "{route:?}: {f}: {}", code[f]);
+        }
+        if let Route::Record = route {
+            assert!(
+                stderr_of(&out).contains("recorded no event: INSTRFN_START=off"),
+                "{}",
+                stderr_of(&out)
+            );
+        } else {
+            assert_eq!(stderr_of(&out), "", "{route:?}");
+        }
+        assert_eq!(events(&trace), 0, "{route:?}");
+        // The threads run through the patched sleds, recording off: output unchanged.
+        let out = traced(
+            route,
+            &exe,
+            &["4", "1000"],
+            &[("INSTRFN_START", "off"), ("INSTRFN_XRAY_STOP", "pause")],
+            &trace,
+        );
+        assert_eq!(
+            stdout_of(&out),
+            stdout_of(&run_ok(Command::new(&exe).args(["4", "1000"]))),
+            "{route:?}"
+        );
+        assert_eq!(events(&trace), 0, "{route:?}");
+    }
+    // A malformed value: said in one line, the default kept.
+    let out = traced(
+        Route::Preload,
+        &exe,
+        &["bytes"],
+        &[("INSTRFN_START", "off"), ("INSTRFN_XRAY_STOP", "keep")],
+        &trace,
+    );
+    assert!(
+        stderr_of(&out).contains(
+            "ignoring INSTRFN_XRAY_STOP=\"keep\": expected unpatch (stopping puts XRay sleds back) or pause (they stay patched); using unpatch"
+        ),
+        "{}",
+        stderr_of(&out)
+    );
+    assert_eq!(code_bytes(&out), plain);
+}
+
+#[test]
 fn rustc_variants() {
     let dir = workdir("xray-variants");
     let trace = dir.join("trace");
@@ -317,11 +389,12 @@ fn rustc_variants() {
 #[test]
 fn patching_while_threads_run_through_the_sleds() {
     // 3 threads run through entry, exit and tail sleds in a tight loop while the main thread
-    // stops and starts recording 300 times (tests/fixtures/c/xray_toggle.c): every sled is put
-    // back and patched again each time, through /proc/self/mem or mprotect. No crash, and every
-    // thread's trace balanced: a call whose entry was recorded ends with its exit, or, when its
-    // exit sled was put back before it returned, closed as unwound by the thread's next event
-    // that finds its frame gone.
+    // stops and starts recording 300 times (tests/fixtures/c/xray_toggle.c): by default every
+    // sled is put back and patched again each time, through /proc/self/mem or mprotect; with
+    // INSTRFN_XRAY_STOP=pause the sleds stay patched and only recording flips. No crash, and
+    // every thread's trace balanced: a call whose entry was recorded ends with its exit, or,
+    // when its exit sled was put back before it returned (unpatch), closed as unwound by the
+    // thread's next event that finds its frame gone.
     require_tool("clang");
     let dir = workdir("xray-toggle");
     let trace = dir.join("trace");
@@ -342,6 +415,7 @@ fn patching_while_threads_run_through_the_sleds() {
     for (name, env) in [
         ("proc-mem", vec![]),
         ("mprotect", vec![("INSTRFN_XRAY_WRITE", "mprotect")]),
+        ("pause", vec![("INSTRFN_XRAY_STOP", "pause")]),
     ] {
         let out = traced(Route::Preload, &exe, &args, &env, &trace);
         assert_eq!(stdout_of(&out), "toggled 300 settled 300\n", "{name}");
@@ -367,6 +441,15 @@ fn patching_while_threads_run_through_the_sleds() {
         for f in ["outer", "leaf", "tailee"] {
             assert!(c("entry", f) > 0, "{name}: no calls of {f} recorded");
             assert_eq!(c("entry", f), c("exit", f) + c("unwound", f), "{name}: {f}");
+        }
+        if name == "pause" {
+            // Every recorded entry's exit was seen (the exit sleds stayed patched).
+            let unwound: u64 = counts
+                .iter()
+                .filter(|((k, _), _)| k == "unwound")
+                .map(|(_, n)| n)
+                .sum();
+            assert_eq!(unwound, 0, "{name}: {counts:?}");
         }
         for (tid, events) in &p.threads {
             let settled = events
@@ -478,6 +561,8 @@ fn registers_survive_patched_sleds() {
             ("INSTRFN_TRACE_LIMIT", "100000"),
             ("INSTRFN_EXITS", "0"),
             ("INSTRFN_XRAY_WRITE", "mprotect"),
+            // Stopped with the sleds left patched: the trampolines run, recording off.
+            ("INSTRFN_XRAY_STOP", "pause"),
         ] {
             let context = format!("{} {route:?} {}={}", exe.display(), setting.0, setting.1);
             let out = match route {
@@ -495,6 +580,7 @@ fn registers_survive_patched_sleds() {
             let text = stdout_of(&out);
             // Stopped: the entry sled's first byte is the original jump's again, the rest stays
             // as patched (push $((1 << 8) | 9); call <stub>; nop); started: the push again.
+            // (INSTRFN_XRAY_STOP=pause: patched throughout.)
             let line = |label: &str| {
                 text.lines()
                     .find_map(|l| l.strip_prefix(label))
@@ -502,7 +588,11 @@ fn registers_survive_patched_sleds() {
                     .to_string()
             };
             let (stopped, started) = (line("stopped "), line("started "));
-            assert!(stopped.starts_with("eb09010000e8"), "{context}: {text}");
+            if setting.0 == "INSTRFN_XRAY_STOP" {
+                assert_eq!(stopped, started, "{context}: {text}");
+            } else {
+                assert!(stopped.starts_with("eb09010000e8"), "{context}: {text}");
+            }
             assert!(started.starts_with("6809010000e8"), "{context}: {text}");
             assert_eq!(stopped[2..], started[2..], "{context}: {text}");
             assert!(started.ends_with("90"), "{context}: {text}");
