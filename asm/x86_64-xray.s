@@ -368,3 +368,4 @@
     XRAY_EXIT instrfn_x86_64_xray_tail, sled, 2
     XRAY_ENTRY instrfn_xray_handler_entry, call
     XRAY_EXIT instrfn_xray_handler_exit, call, 1
+

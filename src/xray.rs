@@ -53,6 +53,9 @@ use crate::sys::StackBuf;
 const MAX_OBJECTS: usize = 512;
 /// Longest INSTRFN_FILTER / INSTRFN_EXCLUDE.
 const MAX_PATTERNS: usize = crate::config::MAX_PREFIX;
+/// The section instrfn-xray's handler keeps its table in: an object that has it is traced
+/// through compiler-rt (which patches its sleds), not patched here.
+const CRT_ROUTE_SECTION: &[u8] = b"instrfn_xray_route";
 /// Bytes of one `xray_instr_map` entry.
 const ENTRY_BYTES: usize = 32;
 /// A table entry's flag: the function has no entry sled (rustc `skip-entry`): its exits are
@@ -792,6 +795,12 @@ fn discover(m: &Module, lo: usize) -> Object {
     let Some(elf) = Elf::open(path) else {
         return o;
     };
+    // An object that links instrfn-xray's handler (instrfn-xray/asm/x86_64.s keeps its table in
+    // a section of this name) has compiler-rt patch its sleds with that handler: two patchers
+    // would fight over them (whether this runtime is the one linked there or a preloaded one).
+    if elf.find(CRT_ROUTE_SECTION).is_some() {
+        return o;
+    }
     let Some(map_section) = elf.find(b"xray_instr_map") else {
         return o;
     };
