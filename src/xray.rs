@@ -27,12 +27,13 @@
 //!
 //! Patching is safe while other threads run through the sleds: the last store of patching, and
 //! the only one of unpatching, is the sled's head alone, the part that decides which form runs
-//! (x86_64: its first byte, `eb`/`c3` <-> `68`, see `mod sled`; aarch64: its first instruction,
-//! one aligned 4-byte store); the rest of the patched form is written first, where the original
+//! (x86_64: its first byte, `eb`/`c3` <-> `68`; aarch64: its first instruction, `b #32` <->
+//! `nop`, one aligned 4-byte store; see `mod sled`); the rest of the patched form is written first, where the original
 //! head skips it, and left in place when the head is put back (a thread preempted inside a
 //! patched sled resumes in the same patched code, which reaches a trampoline). The code is
 //! written through /proc/self/mem, which never makes text writable (the kernel copies a
-//! one-byte write with one byte store, whatever its memcpy); where that does not work
+//! one-byte write with one byte store, whatever its memcpy; README says what arm64's does with
+//! 4 bytes); where that does not work
 //! (qemu-user ignores such writes: every write is read back) the runtime falls back to
 //! mprotect, adding PROT_WRITE to the segment and never taking PROT_EXEC away.
 //! INSTRFN_XRAY_WRITE=mprotect forces the fallback (for the tests).
@@ -198,16 +199,21 @@ mod sled {
 mod sled {
     //! aarch64 sleds (LLVM's AArch64AsmPrinter, compiler-rt's xray_AArch64.cpp): `b #32` and
     //! 7 nops, for entry, exit (before the `ret`) and tail call (before the `b`) alike. Patched
-    //! as compiler-rt does:
-    //!   stp x0, x30, [sp, #-16]! ; ldr w17, #12 (id) ; ldr x16, #12 (target) ; blr x16 ;
-    //!   id (4 bytes) ; target (8 bytes) ; ldp x0, x30, [sp], #16
-    //! where the target is the object's stub, which loads the table into x0 (saved by the
-    //! sled) and branches to the trampoline; the trampoline returns past the data, to the ldp.
-    //! The target is a 64-bit literal: no reach limit.
+    //! (not compiler-rt's form, whose first instruction becomes an `stp`):
+    //!   nop ; stp x0, x30, [sp, #-16]! ; movz w17, #id_lo ; movk w17, #id_hi, lsl #16 ;
+    //!   bl <stub> ; ldp x0, x30, [sp], #16 ; nop ; nop
+    //! where the stub, on a page within the `bl`'s ±128 MiB, loads the object's table into x0
+    //! (saved by the sled) and branches to the trampoline, which returns to the `ldp`. Words
+    //! 1..7 are written first (the original `b #32` skips them), then word 0 alone: `b #32` <->
+    //! `nop`, the one store unpatching makes too. B and NOP are among the instructions the
+    //! architecture lets one thread replace with each other while another executes them (Arm
+    //! ARM, "Concurrent modification and execution of instructions"; the kernel's
+    //! `aarch64_insn_hotpatch_safe`): the executing thread runs the old or the new one.
     pub const SUPPORTED: bool = true;
     pub const BYTES: usize = 32;
     pub const HEAD: usize = 4;
-    pub const REACH: usize = usize::MAX;
+    /// Reach of the `bl`.
+    pub const REACH: usize = 1 << 27;
     const B32: u32 = 0x1400_0008;
     const NOP: u32 = 0xd503_201f;
 
@@ -215,11 +221,13 @@ mod sled {
         u32::from_le_bytes(code[4 * i..4 * i + 4].try_into().unwrap())
     }
 
+    /// Whether `code` is an unpatched sled: its first instruction (what follows is skipped: its
+    /// nops, or, once patched and put back, the patched rest).
     pub fn original(_kind: u8, code: &[u8; BYTES]) -> bool {
-        word(code, 0) == B32 && (1..8).all(|i| word(code, i) == NOP)
+        word(code, 0) == B32
     }
 
-    /// Ids are a 32-bit literal.
+    /// Ids are 32 bits (movz + movk).
     pub const MAX_ID: u32 = u32::MAX;
 
     /// The part written before the head: everything after the first instruction.
@@ -227,15 +235,26 @@ mod sled {
         HEAD
     }
 
-    pub fn patched(_kind: u8, id: u32, _at: usize, stub: usize) -> Option<[u8; BYTES]> {
+    pub fn patched(_kind: u8, id: u32, at: usize, stub: usize) -> Option<[u8; BYTES]> {
+        let bl_at = at + 16;
+        let off = (stub as i64).wrapping_sub(bl_at as i64);
+        if off % 4 != 0 || !(-(1i64 << 27)..(1i64 << 27)).contains(&off) {
+            return None;
+        }
+        let words = [
+            NOP,
+            0xa9bf_7be0,                                    // stp x0, x30, [sp, #-16]!
+            0x5280_0011 | ((id & 0xffff) << 5),             // movz w17, #lo
+            0x72a0_0011 | ((id >> 16) << 5),                // movk w17, #hi, lsl #16
+            0x9400_0000 | ((off >> 2) as u32 & 0x3ff_ffff), // bl stub
+            0xa8c1_7be0,                                    // ldp x0, x30, [sp], #16
+            NOP,
+            NOP,
+        ];
         let mut p = [0u8; BYTES];
-        p[0..4].copy_from_slice(&0xa9bf_7be0u32.to_le_bytes()); // stp x0, x30, [sp, #-16]!
-        p[4..8].copy_from_slice(&0x1800_0071u32.to_le_bytes()); // ldr w17, #12
-        p[8..12].copy_from_slice(&0x5800_0070u32.to_le_bytes()); // ldr x16, #12
-        p[12..16].copy_from_slice(&0xd63f_0200u32.to_le_bytes()); // blr x16
-        p[16..20].copy_from_slice(&id.to_le_bytes());
-        p[20..28].copy_from_slice(&(stub as u64).to_le_bytes());
-        p[28..32].copy_from_slice(&0xa8c1_7be0u32.to_le_bytes()); // ldp x0, x30, [sp], #16
+        for (i, w) in words.iter().enumerate() {
+            p[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
+        }
         Some(p)
     }
 

@@ -465,6 +465,32 @@ fn patching_while_threads_run_through_the_sleds() {
 }
 
 #[test]
+fn rust_threads_through_sleds_while_recording_stops_and_starts() {
+    // The Rust fixture's toggle mode (the aarch64 test runs it under qemu): 3 threads in
+    // work_a/work_b (a short spin between rounds: fewer events), 300 stops and starts, then 50
+    // calls of settled each, exact.
+    let exe = app("always");
+    let dir = workdir("xray-toggle-rust");
+    let trace = dir.join("trace");
+    for env in [vec![], vec![("INSTRFN_XRAY_STOP", "pause")]] {
+        let out = traced(
+            Route::Preload,
+            &exe,
+            &["toggle", "3", "300", "50", "20000"],
+            &env,
+            &trace,
+        );
+        assert_eq!(stdout_of(&out), "toggled 300 settled 150\n", "{env:?}");
+        assert_eq!(stderr_of(&out), "", "{env:?}");
+        let p = &instrfn_dump(&trace)[0];
+        assert_balanced(p, &format!("{env:?}"));
+        assert_eq!(raw_count(p, "entry", "7settled"), 150, "{env:?}");
+        assert_eq!(raw_count(p, "exit", "7settled"), 150, "{env:?}");
+        assert_eq!(raw_count(p, "exit", "7spinner"), 3, "{env:?}");
+    }
+}
+
+#[test]
 fn clang_xray_calltree() {
     require_tool("clang");
     let dir = workdir("xray-clang");
@@ -739,10 +765,27 @@ fn aarch64_sleds_patched_under_qemu() {
     let code = code_bytes(&out);
     assert_eq!(code["work_b"], plain_bytes["work_b"]);
     assert_eq!(code["worker"], plain_bytes["worker"]);
+    // nop (the head, flipped from `b #32` last), then stp x0, x30, [sp, #-16]!
     assert!(
-        code["work_a"].starts_with("e07bbfa9"),
-        "stp x0, x30: {code:?}"
+        code["work_a"].starts_with("1f2003d5e07bbfa9"),
+        "nop; stp x0, x30: {code:?}"
     );
     let (rows, _) = report(&trace);
     assert_eq!(rows.keys().collect::<Vec<_>>(), ["xray_app::work_a"]);
+    // Recording stopped and started while 2 threads run through the sleds: each sled's head
+    // put back and flipped again (the rest checked, not rewritten), 20 times; balanced.
+    let out = qemu_traced(&exe, &["toggle", "2", "20", "10"], &[], &trace);
+    assert_eq!(stdout_of(&out), "toggled 20 settled 20\n");
+    assert_eq!(stderr_of(&out), "");
+    let p = &instrfn_dump(&trace)[0];
+    assert_balanced(p, "aarch64 toggle");
+    assert_eq!(raw_count(p, "entry", "7settled"), 20);
+    assert_eq!(raw_count(p, "exit", "7settled"), 20);
+    assert_eq!(
+        (
+            raw_count(p, "entry", "7spinner"),
+            raw_count(p, "exit", "7spinner")
+        ),
+        (2, 2)
+    );
 }
