@@ -55,12 +55,15 @@ fn build_xray_c(dir: &Path, src: &str) -> PathBuf {
 }
 
 /// `instrfn record -o DIR/<name> -- cmd…` (the runtime built and current), checked to succeed.
+/// Only the `-finstrument-functions` hooks record: `INSTRFN_EXCLUDE=*` leaves every XRay sled
+/// alone (the runtime would patch them too, and every call would be recorded twice).
 fn record(dir: &Path, name: &str, cmd: &[&OsStr]) -> PathBuf {
     runtime_lib(X86_64, Lib::Shared);
     let trace = dir.join(name);
     let _ = std::fs::remove_dir_all(&trace);
     run_ok(
         Command::new(instrfn_cli())
+            .env("INSTRFN_EXCLUDE", "*")
             .arg("record")
             .arg("-o")
             .arg(&trace)
