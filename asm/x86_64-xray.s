@@ -81,7 +81,7 @@
 # (its %rsp at its entry sled; at an exit or tail sled, the address of its return address).
 # They record exactly as the sled trampolines do (shadow entries, unwinding closed at the catch
 # or the next event by instrfn_xray_slow) and preserve every register but the flags; they use 56
-# bytes of red zone below their caller's %rsp.
+# bytes of red zone below the stack pointer they are entered with (called or jumped to).
 
     .text
 
