@@ -1,15 +1,15 @@
 // instrfn XRay trampolines for aarch64 Linux (AAPCS64): where patched XRay sleds lead
-// (src/xray.rs patches them as compiler-rt does; asm/x86_64-xray.s is the reference). Assembled
+// (src/xray.rs patches them; asm/x86_64-xray.s is the reference). Assembled
 // as its own global_asm! block by src/arch/aarch64.rs with the operands of trampoline_asm!, of
 // which only {TLS_GUARD} is used here ({TLS_TABLE}, {TBL_MASK}, {TBL_LEN}, {TBL_LIMIT},
 // {TBL_SHIFT}, {TBL_LAST}, {TBL_LOST}, {SLOT_SELF}, {SLOT_FROM}, {SLOT_COUNT}, {SLOT_SIZE},
 // {SLOT_SHIFT}, {HASH_MUL} are gmon mode's).
 //
-// A patched sled: stp x0, x30, [sp, #-16]! ; ldr w17, id ; ldr x16, stub ; blr x16 ; <id>
-// <stub address> ; ldp x0, x30, [sp], #16. The stub loads the object's id -> address table
-// into x0 and branches here. So on entry: x0 = table, w17 = id (x17 zero-extended), x16 = the
-// trampoline, x30 = the sled's data (we return 12 bytes past it, to its ldp), sp = the
-// function's sp minus the sled's 16 bytes. The frame is identified by the function's sp at
+// A patched sled (src/xray.rs): nop ; stp x0, x30, [sp, #-16]! ; movz w17, #id_lo ;
+// movk w17, #id_hi, lsl #16 ; bl <stub> ; ldp x0, x30, [sp], #16 ; nop ; nop. The stub loads
+// the object's id -> address table into x0 and branches here. So on entry: x0 = table, w17 =
+// id (x17 zero-extended), x16 = the trampoline, x30 = the sled's ldp (we return there), sp =
+// the function's sp minus the sled's 16 bytes. The frame is identified by the function's sp at
 // the sled (sp + 16 here): the same at its entry sled and at its exit and tail sleds (after
 // the epilogue), lower for every frame it calls.
 //
@@ -30,7 +30,6 @@
     .type instrfn_aarch64_xray_\name,%function
 instrfn_aarch64_xray_\name:
     .cfi_startproc
-    add     x30, x30, #12                   // return past the sled's data
     ldr     x17, [x0, x17, lsl #3]          // the table entry: the function (| flags)
     mrs     x0, tpidr_el0
     adrp    x16, :gottprel:instrfn_tls

@@ -1,87 +1,193 @@
 # instrfn XRay trampolines for x86_64 Linux (System V ABI), AT&T syntax: where patched XRay
 # sleds lead (src/xray.rs patches them; asm/x86_64.s is the annotated reference for the event
-# and shadow stack protocol, which these follow exactly). Assembled as its own global_asm!
-# block by src/arch/x86_64.rs with the same operands as asm/x86_64.s; of the gmon layout
-# ({TLS_TABLE}, {TBL_MASK}, {TBL_LEN}, {TBL_LIMIT}, {TBL_SHIFT}, {TBL_LAST}, {TBL_LOST},
-# {SLOT_SELF}, {SLOT_FROM}, {SLOT_COUNT}, {SLOT_SIZE}, {SLOT_SHIFT}, {HASH_MUL}) nothing is used
-# here: XRay sleds are patched in trace mode only.
+# and shadow stack protocol, which these follow exactly), and the C-ABI entries that
+# instrfn-xray's compiler-rt handler continues in. Assembled as its own global_asm! block by
+# src/arch/x86_64.rs with the same operands as asm/x86_64.s; of the gmon layout ({TLS_TABLE},
+# {TBL_MASK}, {TBL_LEN}, {TBL_LIMIT}, {TBL_SHIFT}, {TBL_LAST}, {TBL_LOST}, {SLOT_SELF},
+# {SLOT_FROM}, {SLOT_COUNT}, {SLOT_SIZE}, {SLOT_SHIFT}, {HASH_MUL}) nothing is used here: XRay
+# sleds are patched in trace mode only.
 #
-# A patched sled (compiler-rt's form):
-#   entry, tail call:  mov $id, %r10d ; call <stub>     exit:  mov $id, %r10d ; jmp <stub>
-# where <stub>, on a page within rel32 reach of the object's code, is
+# A sled as LLVM emits it, and as instrfn patches it (11 bytes; w = (id << 8) | 9):
+#   entry, tail call:  eb 09 <9 bytes of nop>   ->  68 <w:4> e8 <rel32> 90
+#                      jmp +9                       push $w ; call <stub> ; nop
+#   exit:              c3 <10 bytes of nop>     ->  68 <w:4> e9 <rel32> 90
+#                      ret                          push $w ; jmp <stub> ; nop
+# Patching writes everything but byte 0 first (bytes 2..10 of an entry or tail sled, whose
+# `jmp +9` skips them; bytes 1..10 of an exit sled, after its `ret`), then byte 0 alone (eb or
+# c3 -> 68); unpatching writes byte 0 back alone. A one-byte store is atomic whatever copies
+# it (the kernel's memcpy behind /proc/self/mem included), so a thread that runs through a sled
+# meanwhile executes either the old instruction at byte 0 or the new one, never a mix. (The
+# `push` immediate's low byte is 09, so byte 1 of an entry sled is the same in both forms.) A
+# thread preempted after the `push` when the sled is put back resumes at the `call`/`jmp`,
+# which is left in place: it reaches a trampoline, which drops the pushed word as always.
+#
+# `push $w` pushes w sign-extended to 8 bytes; the trampolines read its low 32 bits and shift
+# out the 09: ids up to 2^24 - 1 (src/xray.rs refuses objects with more functions).
+# <stub>, on a page within rel32 reach of the object's code, is
 #   movabs $table, %r11 ; jmp *<trampoline>
 # and table is the object's id -> function address array (8 bytes each, index = id; bit 63:
-# the function has no entry sled, bit 62: no exit sled). So every trampoline starts with %r10 = id, %r11 = table.
+# the function has no entry sled, bit 62: no exit sled).
 #
-# Registers: every register is preserved but r10 and r11 (the sled and the stub set them; the
-# ABI makes neither an argument nor a result register, and compiler-rt's trampolines clobber
-# them too) and the flags (no sled is at a place where they are live). The fast paths use rax,
-# rcx, rdx, rsi and rdi as scratch, saved in the red zone at -8 .. -40(%rsp) (-48: the shadow
-# entry), exactly as FAST_PATH does: at an entry sled the function has not used its own red
-# zone yet, at an exit or tail sled it has no more use for it, and the kernel never writes
-# signal frames into it. Everything else (vector, x87 and AVX state included) is untouched by
-# the fast paths and saved whole by instrfn_x86_64_slow, which every slow path goes through:
-# entry: the argument registers (rdi, rsi, rdx, rcx, r8, r9, xmm0-7 and their upper halves)
-# and rax (the vector-register count of a variadic call); exit: rax, rdx, xmm0, xmm1 and the
-# x87 stack; tail call: the argument registers of the call that follows.
+# The stack at a sled: at an entry sled (the function's first instruction) nothing is live
+# below %rsp (the caller's red zone does not survive its call); at an exit sled (in place of the
+# `ret`) and at a tail sled (before the tail jump) the function's frame is gone and %rsp points
+# at its return address. Pushing one word there writes where compiler-rt's form (`mov $id,
+# %r10d; call`) writes its return address anyway, and where a signal frame may land at any
+# time. So in the trampolines:
+#   entry, tail:  (%rsp) = return address into the sled, 8(%rsp) = the pushed word,
+#                 16(%rsp) = the function's return slot; they return with `ret $8`, which
+#                 drops the word: the function (or its tail callee) goes on with %rsp exactly
+#                 as its caller left it
+#   exit:         (%rsp) = the pushed word, 8(%rsp) = the function's return address; the first
+#                 instruction drops the word (`leaq 8(%rsp), %rsp`: it stays readable at
+#                 -8(%rsp), below the stack pointer, where nothing overwrites it: the kernel
+#                 leaves 128 bytes below %rsp alone), then the function's return slot is
+#                 (%rsp) and our `ret` is the function's.
+#
+# Registers: every register is preserved but r11 (the stub sets it; the ABI makes it neither an
+# argument nor a result register) and the flags (no sled is at a place where they are live; DF
+# is never set). r10 is preserved (compiler-rt's form clobbers it; tests/xray.rs checks it). The
+# fast paths use rax, rcx, rdx, rsi and rdi as scratch, saved in the red zone below the
+# trampoline's own %rsp (-8 .. -56: see each routine), as FAST_PATH does: at an entry sled the
+# function has not used its own red zone yet, at an exit or tail sled it has no more use for
+# it, and the kernel never writes signal frames into it. Everything else (vector, x87 and AVX
+# state included) is untouched by the fast paths and saved whole by instrfn_x86_64_slow (or
+# its twin instrfn_x86_64_slow_pop8), which every slow path goes through: entry: the argument
+# registers (rdi, rsi, rdx, rcx, r8, r9, xmm0-7 and their upper halves) and rax (the
+# vector-register count of a variadic call); exit: rax, rdx, xmm0, xmm1 and the x87 stack;
+# tail call: the argument registers of the call that follows.
 #
 # The guard is checked first (a runtime that was itself compiled with -Zinstrument-xray runs
 # its own code with it held: its sleds return at once), then recording (instrfn_enabled) and
-# the mode (0: tracing could not start after all). With recording off the trampolines return
-# at once, except that an exit still pops its frame's shadow entry.
+# the mode (0: tracing could not start after all). With recording off (instrfn_stop() with
+# INSTRFN_XRAY_STOP=pause, or INSTRFN_START=off: the sleds stay patched) an entry returns at
+# once; an exit whose frame has the newest shadow entry (entered while recording) still writes
+# its exit and pops it, so a call that straddles a stop ends in the trace as it began; any other
+# exit returns at once.
 #
 # Slow path handover, as in FAST_PATH: -8(%rsp) = instrfn_xray_slow, rcx = the table entry,
-# rdx = the return slot | kind (0 entry, 1 exit, 2 tail), the caller's rcx/rdx in the red zone,
+# rdx = the return slot | kind (0 entry, 1 exit, 2 tail), the caller's rcx/rdx at -16/-24(%rsp),
 # then jmp instrfn_x86_64_slow, which calls instrfn_xray_slow(&Tls, slot | kind, entry) with
-# everything saved and returns where the trampoline would have (into the sled, or for an exit
-# to the function's caller).
+# everything saved and returns where the trampoline would have: the entry and tail trampolines
+# jump to instrfn_x86_64_slow_pop8, whose `ret $8` drops the pushed word as theirs does; the
+# exit trampoline dropped it already and takes the plain one (its `ret` is the function's). So
+# the word is dropped exactly once on every path, recording or not.
+#
+# The C-ABI entries (for instrfn-xray's handler of compiler-rt's trampolines, which pass no
+# sled state: `via call` below):
+#   void instrfn_xray_handler_entry(uintptr_t entry, uintptr_t frame)
+#   void instrfn_xray_handler_exit(uintptr_t entry, uintptr_t frame)
+# entry = the function's address (bits 63 and 62 as in a table entry); frame = its return slot
+# (its %rsp at its entry sled; at an exit or tail sled, the address of its return address).
+# They record exactly as the sled trampolines do (shadow entries, unwinding closed at the catch
+# or the next event by instrfn_xray_slow) and preserve every register but the flags; they use 56
+# bytes of red zone below the stack pointer they are entered with (called or jumped to).
 
     .text
 
-# instrfn_x86_64_xray_entry: called by a patched entry sled, the function's first instruction.
-#   (%rsp) = the return address into the sled; 8(%rsp) = the function's return slot, whose
-#   address identifies the frame (the shadow entry's slot; its ret is 0: nothing is replaced).
-#   Records an entry event of table[id] and pushes a shadow entry; with exits off (mode 2), or
+# XFN via: %rsi = the function's table entry (clobbers nothing else).
+#   sled: the word the sled pushed, at 8(%rsp); exit: at -8(%rsp) (dropped already);
+#   call: the first argument, saved at -40(%rsp).
+    .macro XFN via
+    .ifc \via,call
+    movq -40(%rsp), %rsi
+    .else
+    .ifc \via,exit
+    movl -8(%rsp), %esi
+    .else
+    movl 8(%rsp), %esi
+    .endif
+    shrl $8, %esi
+    movq (%r11,%rsi,8), %rsi
+    .endif
+    .endm
+
+# XSLOT via, reg: reg = the function's return slot (the frame's identity).
+    .macro XSLOT via, reg
+    .ifc \via,exit
+    movq %rsp, \reg
+    .else
+    .ifc \via,call
+    movq -56(%rsp), \reg
+    .else
+    leaq 16(%rsp), \reg
+    .endif
+    .endif
+    .endm
+
+# XRET via: back where the trampoline was called from (sled: the word dropped).
+    .macro XRET via
+    .ifc \via,sled
+    ret $8
+    .else
+    ret
+    .endif
+    .endm
+
+# XSLOW via: the slow routine that returns as XRET does.
+    .macro XSLOW via
+    .ifc \via,sled
+    jmp instrfn_x86_64_slow_pop8
+    .else
+    jmp instrfn_x86_64_slow
+    .endif
+    .endm
+
+# XRAY_ENTRY name, via: records an entry event of the function and pushes a shadow entry (its
+#   slot: the frame's return slot; its ret 0: nothing is replaced); with exits off (mode 2), or
 #   for a function without exit sled (bit 62 of its table entry), an entry without exit
 #   instead (the event's value drops the flag bits: value << 4).
+#   via sled: instrfn_x86_64_xray_entry, called by a patched entry sled (the function's first
+#     instruction) through its stub: (%rsp) = the return address into the sled, 8(%rsp) = the
+#     pushed word, 16(%rsp) = the function's return slot; %r11 = the table.
+#   via call: instrfn_xray_handler_entry(entry = %rdi, frame = %rsi).
+#   Red zone: -8 rax, -16 rcx, -24 rdx, -32 rsi, -40 rdi, -48 the shadow entry being pushed,
+#   -56 the frame (via call).
+    .macro XRAY_ENTRY name, via
     .p2align 4
-    .globl instrfn_x86_64_xray_entry
-    .hidden instrfn_x86_64_xray_entry
-    .type instrfn_x86_64_xray_entry,@function
-instrfn_x86_64_xray_entry:
+    .globl \name
+    .hidden \name
+    .type \name,@function
+\name:
     .cfi_startproc
+    .ifc \via,sled
+    .cfi_val_offset %rsp, 8                 # the caller's %rsp: above the pushed word
+    .endif
     movq %rax, -8(%rsp)
     movq %rcx, -16(%rsp)
     movq %rdx, -24(%rsp)
     movq %rsi, -32(%rsp)
     movq %rdi, -40(%rsp)
+    .ifc \via,call
+    movq %rsi, -56(%rsp)
+    .endif
     movq instrfn_tls@gottpoff(%rip), %rax   # offset of Tls from the thread pointer
     cmpq $0, %fs:{TLS_GUARD}(%rax)          # guard held: runtime code is running here
-    jne .Lxe_out
+    jne .Lxe_out_\name
     cmpb $0, instrfn_enabled(%rip)
-    je .Lxe_out
+    je .Lxe_out_\name
     movzbl instrfn_mode(%rip), %ecx
     testl %ecx, %ecx
-    jz .Lxe_out
-    movq (%r11,%r10,8), %rsi                # the function's address (| bit 62)
+    jz .Lxe_out_\name
+    XFN \via                                # rsi = the function's address (| bit 62)
     cmpl $2, %ecx
-    je .Lxe_noexit
+    je .Lxe_noexit_\name
     btq $62, %rsi                           # no exit sled: an entry without exit
-    jc .Lxe_noexit
+    jc .Lxe_noexit_\name
     cmpq $0, %fs:{TLS_UNWOUND}(%rax)
-    jne .Lxe_slow
-    leaq 8(%rsp), %rdi                      # the return slot
+    jne .Lxe_slow_\name
+    XSLOT \via, %rdi                        # the return slot
     movq %fs:{TLS_SHADOW_TOP}(%rax), %rcx
     cmpq %fs:{TLS_SHADOW_BASE}(%rax), %rcx
     je 1f
     cmpq %rdi, {SH_SLOT}-{SH_BYTES}(%rcx)   # the newest entry's frame at or below ours is gone
-    jbe .Lxe_slow                           # (longjmp), or being pushed (slot 0)
+    jbe .Lxe_slow_\name                     # (longjmp, unwinding), or being pushed (slot 0)
 1:  movq %rax, %rcx                         # rcx = Tls offset from here on
     movq ${SH_BYTES}, %rdi
     xaddq %rdi, %fs:{TLS_SHADOW_TOP}(%rcx)  # rdi = our shadow entry (its slot is 0)
     leaq {SH_BYTES}(%rdi), %rax
     cmpq %fs:{TLS_SHADOW_END}(%rcx), %rax
-    ja .Lxe_unpush                          # full (or no shadow stack yet): the slow path
+    ja .Lxe_unpush_\name                    # full (or no shadow stack yet): the slow path
     movq %rdi, -48(%rsp)
     rdtsc
     shlq $32, %rdx
@@ -89,7 +195,7 @@ instrfn_x86_64_xray_entry:
 2:  movq %fs:{TLS_TRACE_POS}(%rcx), %rax    # our event, if there is room
     leaq 16(%rax), %rdi
     cmpq %fs:{TLS_TRACE_END}(%rcx), %rdi
-    ja .Lxe_unpush                          # past the chunk's end (or no chunk): slow path
+    ja .Lxe_unpush_\name                    # past the chunk's end (or no chunk): slow path
     cmpxchgq %rdi, %fs:{TLS_TRACE_POS}(%rcx) # claimed, unless a handler moved it: again
     jne 2b
     movq %rdx, (%rax)                       # timestamp, then the word that marks it written
@@ -100,16 +206,16 @@ instrfn_x86_64_xray_entry:
     movq -48(%rsp), %rax                    # the shadow entry: function, ret 0, slot last
     movq %rsi, {SH_FN}(%rax)
     movq $0, {SH_RET}(%rax)
-    leaq 8(%rsp), %rdi
+    XSLOT \via, %rdi
     movq %rdi, {SH_SLOT}(%rax)
-.Lxe_out:
+.Lxe_out_\name:
     movq -8(%rsp), %rax
     movq -16(%rsp), %rcx
     movq -24(%rsp), %rdx
     movq -32(%rsp), %rsi
     movq -40(%rsp), %rdi
-    ret
-.Lxe_noexit:
+    XRET \via
+.Lxe_noexit_\name:
     # INSTRFN_EXITS=off (exit sleds are not patched then), or no exit sled: an entry without
     # exit.
     movq %rax, %rcx
@@ -119,7 +225,7 @@ instrfn_x86_64_xray_entry:
 3:  movq %fs:{TLS_TRACE_POS}(%rcx), %rax
     leaq 16(%rax), %rdi
     cmpq %fs:{TLS_TRACE_END}(%rcx), %rdi
-    ja .Lxe_slow
+    ja .Lxe_slow_\name
     cmpxchgq %rdi, %fs:{TLS_TRACE_POS}(%rcx)
     jne 3b
     movq %rdx, (%rax)
@@ -127,67 +233,82 @@ instrfn_x86_64_xray_entry:
     shlq ${EV_SHIFT}, %rdx
     orq ${EV_NOEXIT}, %rdx
     movq %rdx, 8(%rax)
-    jmp .Lxe_out
-.Lxe_unpush:
+    jmp .Lxe_out_\name
+.Lxe_unpush_\name:
     subq ${SH_BYTES}, %fs:{TLS_SHADOW_TOP}(%rcx) # give the shadow entry back (slot still 0)
-.Lxe_slow:
+.Lxe_slow_\name:
+    # rsi = the table entry
     leaq instrfn_xray_slow(%rip), %rcx
     movq -8(%rsp), %rax
     movq %rcx, -8(%rsp)
     movq %rsi, %rcx                         # the table entry
-    leaq 8(%rsp), %rdx                      # the return slot | 0 (entry)
+    XSLOT \via, %rdx                        # the return slot | 0 (entry)
     movq -32(%rsp), %rsi
     movq -40(%rsp), %rdi
-    jmp instrfn_x86_64_slow
+    XSLOW \via
     .cfi_endproc
-    .size instrfn_x86_64_xray_entry, .-instrfn_x86_64_xray_entry
+    .size \name, .-\name
+    .endm
 
-# XRAY_EXIT name, off, kind: the exit trampoline (jumped to by a patched exit sled in place of
-#   the function's `ret`: (%rsp) = the function's return address, so its return slot is
-#   0(%rsp) and our `ret` is the function's) and the tail-call trampoline (called by a patched
-#   tail sled before the function's tail jump: its return slot is 8(%rsp), our `ret` goes
-#   back into the sled, then the jump). Writes the exit event of the newest shadow entry if it
-#   is this frame's, then pops it (slot zeroed: free), as instrfn_x86_64_exit does. Anything
-#   else goes to the slow path: frames above this one to close, no entry for this frame (a
-#   function without entry sled records its exit alone there), an unwinder ran, no room. A
-#   function without entry sled (bit 63 of its table entry) that finds no entry of its own on
-#   top writes its exit here, without popping.
-    .macro XRAY_EXIT name, off, kind
+# XRAY_EXIT name, via, kind: the exit trampoline (via exit: jumped to by a patched exit sled in
+#   place of the function's `ret`), the tail-call trampoline (via sled, kind 2: called by a
+#   patched tail sled before the function's tail jump; our `ret $8` goes back into the sled,
+#   then the jump) and instrfn_xray_handler_exit(entry = %rdi, frame = %rsi) (via call).
+#   Writes the exit event of the newest shadow entry if it is this frame's, then pops it (slot
+#   zeroed: free), as instrfn_x86_64_exit does. Anything else goes to the slow path: frames
+#   above this one to close, no entry for this frame (a function without entry sled records
+#   its exit alone there), an unwinder ran, no room. A function without entry sled (bit 63 of
+#   its table entry) that finds no entry of its own on top writes its exit here, without
+#   popping; with recording off, such exits (and any exit without its entry on top) return at
+#   once.
+#   Red zone: -8 the pushed word (via exit; the Rust function at the slow handover), -16 rcx,
+#   -24 rdx, -32 rsi, -40 rdi, -48 rax, -56 the frame (via call).
+    .macro XRAY_EXIT name, via, kind
     .p2align 4
-    .globl instrfn_x86_64_xray_\name
-    .hidden instrfn_x86_64_xray_\name
-    .type instrfn_x86_64_xray_\name,@function
-instrfn_x86_64_xray_\name:
+    .globl \name
+    .hidden \name
+    .type \name,@function
+\name:
     .cfi_startproc
-    movq %rax, -8(%rsp)
+    .ifc \via,exit
+    .cfi_def_cfa_offset 16                  # (%rsp) = the pushed word
+    leaq 8(%rsp), %rsp                      # dropped: now (%rsp) = the function's return
+    .cfi_def_cfa_offset 8                   # address, and the word is at -8(%rsp)
+    .endif
+    .ifc \via,sled
+    .cfi_val_offset %rsp, 8                 # the caller's %rsp: above the pushed word
+    .endif
+    movq %rax, -48(%rsp)
     movq %rcx, -16(%rsp)
     movq %rdx, -24(%rsp)
     movq %rsi, -32(%rsp)
     movq %rdi, -40(%rsp)
+    .ifc \via,call
+    movq %rsi, -56(%rsp)
+    .endif
     movq instrfn_tls@gottpoff(%rip), %rcx
     cmpq $0, %fs:{TLS_GUARD}(%rcx)
     jne .Lx_out_\name
     cmpb $0, instrfn_mode(%rip)
     je .Lx_out_\name
-    movq (%r11,%r10,8), %rsi                # the function's address (| bit 63)
+    XFN \via                                # rsi = the function's address (| bit 63)
     cmpq $0, %fs:{TLS_UNWOUND}(%rcx)
     jne .Lx_slow_\name
-    leaq \off(%rsp), %rdx                   # the return slot
+    XSLOT \via, %rdx                        # the return slot
     movq %fs:{TLS_SHADOW_TOP}(%rcx), %rdi
     cmpq %fs:{TLS_SHADOW_BASE}(%rcx), %rdi
     je .Lx_none_\name
     subq ${SH_BYTES}, %rdi                  # the newest entry
     cmpq %rdx, {SH_SLOT}(%rdi)
     jne .Lx_none_\name
-    cmpb $0, instrfn_enabled(%rip)
-    je .Lx_pop_\name
+    # Ours: its entry was recorded, so its exit is, recording on or off.
     rdtsc
     shlq $32, %rdx
     orq %rax, %rdx                          # timestamp
 1:  movq %fs:{TLS_TRACE_POS}(%rcx), %rax
     leaq 16(%rax), %rsi
     cmpq %fs:{TLS_TRACE_END}(%rcx), %rsi
-    ja .Lx_reload_\name                   # no room: the slow path does it all
+    ja .Lx_reload_\name                     # no room: the slow path does it all
     cmpxchgq %rsi, %fs:{TLS_TRACE_POS}(%rcx)
     jne 1b
     movq %rdx, (%rax)
@@ -195,22 +316,22 @@ instrfn_x86_64_xray_\name:
     shlq ${EV_SHIFT}, %rsi
     orq ${EV_EXIT}, %rsi
     movq %rsi, 8(%rax)
-.Lx_pop_\name:
     movq $0, {SH_SLOT}(%rdi)                # free entries have slot 0
     movq %rdi, %fs:{TLS_SHADOW_TOP}(%rcx)   # popped
 .Lx_out_\name:
-    movq -8(%rsp), %rax
+    movq -48(%rsp), %rax
     movq -16(%rsp), %rcx
     movq -24(%rsp), %rdx
     movq -32(%rsp), %rsi
     movq -40(%rsp), %rdi
-    ret
+    XRET \via
 .Lx_none_\name:
-    # No entry of this frame on top. A function without entry sled: its exit, alone.
-    btq $63, %rsi
-    jnc .Lx_slow_\name
+    # No entry of this frame on top. Recording off: nothing to do. A function without entry
+    # sled: its exit, alone.
     cmpb $0, instrfn_enabled(%rip)
     je .Lx_out_\name
+    btq $63, %rsi
+    jnc .Lx_slow_\name
     rdtsc
     shlq $32, %rdx
     orq %rax, %rdx
@@ -226,20 +347,25 @@ instrfn_x86_64_xray_\name:
     movq %rsi, 8(%rax)
     jmp .Lx_out_\name
 .Lx_reload_\name:
-    movq (%r11,%r10,8), %rsi
+    XFN \via
 .Lx_slow_\name:
+    # rsi = the table entry
     leaq instrfn_xray_slow(%rip), %rcx
-    movq -8(%rsp), %rax
+    movq -48(%rsp), %rax
     movq %rcx, -8(%rsp)
     movq %rsi, %rcx                         # the table entry
-    leaq \off(%rsp), %rdx
+    XSLOT \via, %rdx
     orq $\kind, %rdx                        # the return slot | kind
     movq -32(%rsp), %rsi
     movq -40(%rsp), %rdi
-    jmp instrfn_x86_64_slow
+    XSLOW \via
     .cfi_endproc
-    .size instrfn_x86_64_xray_\name, .-instrfn_x86_64_xray_\name
+    .size \name, .-\name
     .endm
 
-    XRAY_EXIT exit, 0, 1
-    XRAY_EXIT tail, 8, 2
+    XRAY_ENTRY instrfn_x86_64_xray_entry, sled
+    XRAY_EXIT instrfn_x86_64_xray_exit, exit, 1
+    XRAY_EXIT instrfn_x86_64_xray_tail, sled, 2
+    XRAY_ENTRY instrfn_xray_handler_entry, call
+    XRAY_EXIT instrfn_xray_handler_exit, call, 1
+

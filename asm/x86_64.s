@@ -363,12 +363,20 @@ instrfn_x86_64_\name:
 #      CFA-48  rax   -56 rbx   -64 rsi   -72 rdi   -80 r8   -88 r9   -96 r10   -104 r11
 #      CFA-112 r12 (self_pc)   -120 r13 (from_pc)
 #      below:  XSAVE/FXSAVE area (64-byte aligned), then the old signal mask at (%rsp)
+# instrfn_x86_64_slow_pop8: the same, for the XRay entry and tail-call trampolines
+#   (asm/x86_64-xray.s), whose patched sled pushed one word just above the return address:
+#   returns with `ret $8`, dropping that word, as the trampoline's own return would. (Its CFI
+#   says so: the caller's stack pointer is CFA + 8.)
+    .macro SLOW name, pop
     .p2align 4
-    .globl instrfn_x86_64_slow
-    .hidden instrfn_x86_64_slow
-    .type instrfn_x86_64_slow,@function
-instrfn_x86_64_slow:
+    .globl instrfn_x86_64_\name
+    .hidden instrfn_x86_64_\name
+    .type instrfn_x86_64_\name,@function
+instrfn_x86_64_\name:
     .cfi_startproc
+    .if \pop
+    .cfi_val_offset %rsp, 8
+    .endif
     leaq -24(%rsp), %rsp
     .cfi_adjust_cfa_offset 24
     .cfi_rel_offset %rdx, 0
@@ -436,9 +444,17 @@ instrfn_x86_64_slow:
     movq 8(%rsp), %rcx
     leaq 24(%rsp), %rsp
     .cfi_def_cfa_offset 8
+    .if \pop
+    ret $8
+    .else
     ret
+    .endif
     .cfi_endproc
-    .size instrfn_x86_64_slow, .-instrfn_x86_64_slow
+    .size instrfn_x86_64_\name, .-instrfn_x86_64_\name
+    .endm
+
+    SLOW slow, 0
+    SLOW slow_pop8, 1
 
 # instrfn_x86_64_exit: where an instrumented function returns to in trace mode (the fast path
 #   replaced its return address, and keeps the original in this thread's shadow stack).

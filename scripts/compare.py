@@ -46,7 +46,7 @@ for the XRay rows):
                 the events recorded must be the calls made, else the row fails ("native XRay
                 patching recorded N of M calls") and shows no figure
   (e) tramp     instrfn's natively patched sleds with recording off (the trampolines alone):
-                fails until the patcher defines its knob (native_trampolines_only_env)
+                INSTRFN_XRAY_STOP=pause INSTRFN_START=off (native_trampolines_only_env)
   (f) sleds     that binary run as it is, sleds unpatched, against clang -O2 without
                 -fxray-instrument: what the nops cost
   (g) floor     the -pg build with scripts/bench/floor-mcount.S, as in --trace
@@ -374,10 +374,9 @@ class RowFailed(Exception):
 
 def native_trampolines_only_env():
     """The environment that makes instrfn patch XRay sleds to its trampolines with recording
-    off, for row (e). The native patcher defines that knob; until it does there is nothing to
-    measure."""
-    raise RowFailed("instrfn defines no knob yet for natively patched sleds with recording off "
-                    "(set it in native_trampolines_only_env in scripts/compare.py)")
+    off, for row (e): INSTRFN_XRAY_STOP=pause keeps the sleds patched while recording is off,
+    and INSTRFN_START=off never starts it (README, "XRay sleds, no compiler-rt")."""
+    return {"INSTRFN_XRAY_STOP": "pause", "INSTRFN_START": "off"}
 
 
 def trace_events(trace):

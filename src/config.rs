@@ -40,6 +40,9 @@ pub struct Config {
     pub exits: bool,
     /// INSTRFN_COLLECTOR: whether trace mode prepares chunks on a thread of its own.
     pub collector: bool,
+    /// INSTRFN_XRAY_STOP=pause: stopping leaves XRay sleds patched (src/xray.rs); `unpatch`
+    /// (false, the default) puts them back.
+    pub xray_pause: bool,
     /// INSTRFN_DEPTH: trace mode records calls only this deep (0: all).
     pub depth: usize,
     /// INSTRFN_MIN_DURATION: trace mode drops calls shorter than this, in ns (0: none).
@@ -91,6 +94,7 @@ impl Config {
         max_depth: DEFAULT_DEPTH,
         exits: EXITS_BY_DEFAULT,
         collector: true,
+        xray_pause: false,
         depth: 0,
         min_duration_ns: 0,
         filter: [0; MAX_PREFIX],
@@ -277,6 +281,20 @@ impl Config {
                     v,
                     format_args!("on or off (also 1/0, yes/no, true/false)"),
                     format_args!("on"),
+                ),
+            }
+        }
+        if let Some(v) = var(c"INSTRFN_XRAY_STOP") {
+            match v.trim_ascii() {
+                b"pause" => c.xray_pause = true,
+                b"unpatch" => c.xray_pause = false,
+                _ => invalid(
+                    "INSTRFN_XRAY_STOP",
+                    v,
+                    format_args!(
+                        "unpatch (stopping puts XRay sleds back) or pause (they stay patched)"
+                    ),
+                    format_args!("unpatch"),
                 ),
             }
         }

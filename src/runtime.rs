@@ -519,7 +519,7 @@ extern "C" fn clear_thread() {
 
 extern "C" fn api_start() {
     runtime();
-    crate::xray::set_wanted(true);
+    crate::xray::recording(true);
     set_recording(true);
     sampler::resume();
 }
@@ -527,8 +527,9 @@ extern "C" fn api_start() {
 extern "C" fn api_stop() {
     runtime();
     set_recording(false);
-    // The XRay sleds go back to nops (the trampolines return at once meanwhile).
-    crate::xray::set_wanted(false);
+    // The XRay sleds go back to nops (the trampolines return at once meanwhile), unless
+    // INSTRFN_XRAY_STOP=pause: then they stay patched.
+    crate::xray::recording(false);
     sampler::pause();
 }
 

@@ -1459,7 +1459,9 @@ fn xray_exit(tls: &mut Tls, slot: usize, func: usize, exits_only: bool, ts: u64)
             event(tls, block, EV_UNWOUND, g, ts);
         }
     }
-    if recording {
+    // Its entry was recorded: so is its exit, recording on or off (a call that straddles a
+    // stop with the sleds left patched, INSTRFN_XRAY_STOP=pause, ends as it began).
+    if active() {
         event(tls, block, EV_EXIT, f, ts);
     }
     shadow_entries(tls)[at].slot = ptr::without_provenance_mut(TOMBSTONE);

@@ -25,17 +25,22 @@
 //! (a rel32 call must reach it) whose stubs load that table into %r11 and jump to the real
 //! trampolines.
 //!
-//! Patching follows compiler-rt's order, so other threads may run: the bytes after the first
-//! two are written first (the sled's leading jump or `ret` still skips them), then the first
-//! two with one store. The code is written through /proc/self/mem, which never makes text
-//! writable; where that does not work (qemu-user ignores such writes: every write is read
-//! back) the runtime falls back to mprotect, adding PROT_WRITE to the segment and never taking
-//! PROT_EXEC away. INSTRFN_XRAY_WRITE=mprotect forces the fallback (for the tests).
+//! Patching is safe while other threads run through the sleds: the last store of patching, and
+//! the only one of unpatching, is the sled's head alone, the part that decides which form runs
+//! (x86_64: its first byte, `eb`/`c3` <-> `68`; aarch64: its first instruction, `b #32` <->
+//! `nop`, one aligned 4-byte store; see `mod sled`); the rest of the patched form is written first, where the original
+//! head skips it, and left in place when the head is put back (a thread preempted inside a
+//! patched sled resumes in the same patched code, which reaches a trampoline). The code is
+//! written through /proc/self/mem, which never makes text writable (the kernel copies a
+//! one-byte write with one byte store, whatever its memcpy; README says what arm64's does with
+//! 4 bytes); where that does not work
+//! (qemu-user ignores such writes: every write is read back) the runtime falls back to
+//! mprotect, adding PROT_WRITE to the segment and never taking PROT_EXEC away.
+//! INSTRFN_XRAY_WRITE=mprotect forces the fallback (for the tests).
 //!
-//! Unpatching (recording stopped) puts the first two bytes back: the sled jumps over (or
-//! returns before) the rest again, which is left as patched: a thread preempted between the
-//! `mov` and the `call` of a patched sled resumes at the `call`, which must still be one (it
-//! reaches a trampoline that returns at once while recording is off).
+//! Stopping (instrfn_stop, moncontrol(0)) puts the heads back by default; with
+//! INSTRFN_XRAY_STOP=pause it leaves the sleds patched and the trampolines return at once while
+//! recording is off (what the trampolines alone cost; INSTRFN_START=off then patches at load).
 //!
 //! Everything here is async-signal-safe (raw system calls, no allocation beyond mmap).
 
@@ -49,6 +54,9 @@ use crate::sys::StackBuf;
 const MAX_OBJECTS: usize = 512;
 /// Longest INSTRFN_FILTER / INSTRFN_EXCLUDE.
 const MAX_PATTERNS: usize = crate::config::MAX_PREFIX;
+/// The section instrfn-xray's handler keeps its table in: an object that has it is traced
+/// through compiler-rt (which patches its sleds), not patched here.
+const CRT_ROUTE_SECTION: &[u8] = b"instrfn_xray_route";
 /// Bytes of one `xray_instr_map` entry.
 const ENTRY_BYTES: usize = 32;
 /// A table entry's flag: the function has no entry sled (rustc `skip-entry`): its exits are
@@ -68,28 +76,40 @@ const KIND_LOG_ARGS: u8 = 3;
 mod sled {
     //! x86_64 sleds (LLVM's X86MCInstLower, compiler-rt's xray_x86_64.cpp):
     //! entry and tail: `eb 09` (jmp +9) and a 9-byte nop; exit: `c3` (ret) and a 10-byte nop.
-    //! Patched: `41 ba <id>` (mov $id, %r10d), then `e8 <rel32>` (call) for entry and tail,
-    //! `e9 <rel32>` (jmp) for exit, to the object's stub.
+    //! Patched (not compiler-rt's form): `68 <w>` (push $w, w = (id << 8) | 9), then
+    //! `e8 <rel32>` (call) for entry and tail, `e9 <rel32>` (jmp) for exit, to the object's
+    //! stub, then one `90` (nop). Everything after byte 0 is written first (an entry or tail
+    //! sled's `jmp +9` skips bytes 2..10, and byte 1, the jump's 09, is the push immediate's low
+    //! byte; nothing after an exit sled's `ret` runs), then byte 0 alone: `eb`/`c3` -> `68`, a
+    //! one-byte store, atomic whatever copies it. Unpatching writes byte 0 back alone; the rest
+    //! stays (a thread preempted between the `push` and the `call` resumes at the `call`).
+    //! The trampolines (asm/x86_64-xray.s) read w's low 32 bits and shift out the 09.
     pub const SUPPORTED: bool = true;
     pub const BYTES: usize = 11;
-    /// Bytes written last, with one store.
-    pub const HEAD: usize = 2;
-    /// The store that writes them.
+    /// Bytes written last, with one store: the one byte that decides which form runs.
+    pub const HEAD: usize = 1;
+    /// The highest function id a patched sled can carry (24 bits above the push immediate's
+    /// low byte).
+    pub const MAX_ID: u32 = (1 << 24) - 1;
+    /// The first byte of the part written before the head: bytes HEAD..rest(kind) are the same
+    /// in both forms (an entry or tail sled's 09).
+    pub fn rest(kind: u8) -> usize {
+        if kind == super::KIND_EXIT { 1 } else { 2 }
+    }
+    /// The store that writes the head.
     pub fn store_head(at: usize, head: [u8; HEAD]) {
-        // SAFETY: a sled's first two bytes (2-aligned: LLVM aligns sleds) in a writable
-        // segment (the caller's contract); one 16-bit atomic store, so another thread executes
-        // either the old or the new instruction.
+        // SAFETY: a sled's first byte in a writable segment (the caller's contract); one byte
+        // store, so another thread executes either the old or the new instruction.
         unsafe {
-            (*(at as *const core::sync::atomic::AtomicU16)).store(
-                u16::from_ne_bytes(head),
-                core::sync::atomic::Ordering::Release,
-            )
+            (*(at as *const core::sync::atomic::AtomicU8))
+                .store(head[0], core::sync::atomic::Ordering::Release)
         };
     }
     /// Reach of the rel32 of the patched call/jmp.
     pub const REACH: usize = 1 << 31;
 
-    /// Whether `code` (the sled's bytes now) is an unpatched sled of `kind`.
+    /// Whether `code` (the sled's bytes now) is an unpatched sled of `kind` (its first
+    /// instruction; what follows is its nop, or, once patched and put back, the patched rest).
     pub fn original(kind: u8, code: &[u8; BYTES]) -> bool {
         match kind {
             super::KIND_EXIT => code[0] == 0xc3,
@@ -97,21 +117,22 @@ mod sled {
         }
     }
 
-    /// The patched sled: its first two bytes, and the rest.
-    pub fn patched(
-        kind: u8,
-        id: u32,
-        at: usize,
-        stub: usize,
-    ) -> Option<([u8; HEAD], [u8; BYTES - HEAD])> {
-        let next = at + BYTES;
+    /// The patched sled (its head is `patched[..HEAD]`), or None if the stub is out of the
+    /// rel32's reach or the id too high.
+    pub fn patched(kind: u8, id: u32, at: usize, stub: usize) -> Option<[u8; BYTES]> {
+        if id > MAX_ID {
+            return None;
+        }
+        let next = at + 10; // after the call/jmp (the nop at byte 10 follows it)
         let rel = (stub as i64).wrapping_sub(next as i64);
         let rel: i32 = rel.try_into().ok()?;
-        let mut rest = [0u8; BYTES - HEAD];
-        rest[..4].copy_from_slice(&id.to_le_bytes());
-        rest[4] = if kind == super::KIND_EXIT { 0xe9 } else { 0xe8 };
-        rest[5..].copy_from_slice(&rel.to_le_bytes());
-        Some(([0x41, 0xba], rest))
+        let mut p = [0u8; BYTES];
+        p[0] = 0x68;
+        p[1..5].copy_from_slice(&((id << 8) | 0x09).to_le_bytes());
+        p[5] = if kind == super::KIND_EXIT { 0xe9 } else { 0xe8 };
+        p[6..10].copy_from_slice(&rel.to_le_bytes());
+        p[10] = 0x90;
+        Some(p)
     }
 
     /// Bytes of one stub.
@@ -145,22 +166,54 @@ mod sled {
     /// After the code at [at, at + len) changed through a writable mapping: nothing to do
     /// (x86 keeps instruction fetch coherent with stores).
     pub fn flush(_at: usize, _len: usize) {}
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn patched_forms() {
+            let at = 0x10_0000;
+            let stub = at + 0x1000;
+            let e = patched(super::super::KIND_ENTRY, 0x123456, at, stub).unwrap();
+            let rel = (stub - at - 10) as u32;
+            let mut want = vec![0x68, 0x09, 0x56, 0x34, 0x12, 0xe8];
+            want.extend_from_slice(&rel.to_le_bytes());
+            want.push(0x90);
+            assert_eq!(e.to_vec(), want);
+            // Byte 1 is the entry sled's own 09: only bytes 2.. and then byte 0 are written.
+            assert_eq!(rest(super::super::KIND_ENTRY), 2);
+            let x = patched(super::super::KIND_EXIT, 1, at, stub).unwrap();
+            assert_eq!(x[..6], [0x68, 0x09, 0x01, 0, 0, 0xe9]);
+            assert_eq!(rest(super::super::KIND_EXIT), 1);
+            // The highest id: push sign-extends the immediate, the trampolines read its low
+            // 32 bits.
+            assert!(patched(super::super::KIND_ENTRY, MAX_ID, at, stub).unwrap()[4] == 0xff);
+            assert!(patched(super::super::KIND_ENTRY, MAX_ID + 1, at, stub).is_none());
+            assert!(patched(super::super::KIND_ENTRY, 1, at, at + (3 << 30)).is_none());
+        }
+    }
 }
 
 #[cfg(target_arch = "aarch64")]
 mod sled {
     //! aarch64 sleds (LLVM's AArch64AsmPrinter, compiler-rt's xray_AArch64.cpp): `b #32` and
     //! 7 nops, for entry, exit (before the `ret`) and tail call (before the `b`) alike. Patched
-    //! as compiler-rt does:
-    //!   stp x0, x30, [sp, #-16]! ; ldr w17, #12 (id) ; ldr x16, #12 (target) ; blr x16 ;
-    //!   id (4 bytes) ; target (8 bytes) ; ldp x0, x30, [sp], #16
-    //! where the target is the object's stub, which loads the table into x0 (saved by the
-    //! sled) and branches to the trampoline; the trampoline returns past the data, to the ldp.
-    //! The target is a 64-bit literal: no reach limit.
+    //! (not compiler-rt's form, whose first instruction becomes an `stp`):
+    //!   nop ; stp x0, x30, [sp, #-16]! ; movz w17, #id_lo ; movk w17, #id_hi, lsl #16 ;
+    //!   bl <stub> ; ldp x0, x30, [sp], #16 ; nop ; nop
+    //! where the stub, on a page within the `bl`'s ±128 MiB, loads the object's table into x0
+    //! (saved by the sled) and branches to the trampoline, which returns to the `ldp`. Words
+    //! 1..7 are written first (the original `b #32` skips them), then word 0 alone: `b #32` <->
+    //! `nop`, the one store unpatching makes too. B and NOP are among the instructions the
+    //! architecture lets one thread replace with each other while another executes them (Arm
+    //! ARM, "Concurrent modification and execution of instructions"; the kernel's
+    //! `aarch64_insn_hotpatch_safe`): the executing thread runs the old or the new one.
     pub const SUPPORTED: bool = true;
     pub const BYTES: usize = 32;
     pub const HEAD: usize = 4;
-    pub const REACH: usize = usize::MAX;
+    /// Reach of the `bl`.
+    pub const REACH: usize = 1 << 27;
     const B32: u32 = 0x1400_0008;
     const NOP: u32 = 0xd503_201f;
 
@@ -168,24 +221,41 @@ mod sled {
         u32::from_le_bytes(code[4 * i..4 * i + 4].try_into().unwrap())
     }
 
+    /// Whether `code` is an unpatched sled: its first instruction (what follows is skipped: its
+    /// nops, or, once patched and put back, the patched rest).
     pub fn original(_kind: u8, code: &[u8; BYTES]) -> bool {
-        word(code, 0) == B32 && (1..8).all(|i| word(code, i) == NOP)
+        word(code, 0) == B32
     }
 
-    pub fn patched(
-        _kind: u8,
-        id: u32,
-        _at: usize,
-        stub: usize,
-    ) -> Option<([u8; HEAD], [u8; BYTES - HEAD])> {
-        let mut rest = [0u8; BYTES - HEAD];
-        rest[0..4].copy_from_slice(&0x1800_0071u32.to_le_bytes()); // ldr w17, #12
-        rest[4..8].copy_from_slice(&0x5800_0070u32.to_le_bytes()); // ldr x16, #12
-        rest[8..12].copy_from_slice(&0xd63f_0200u32.to_le_bytes()); // blr x16
-        rest[12..16].copy_from_slice(&id.to_le_bytes());
-        rest[16..24].copy_from_slice(&(stub as u64).to_le_bytes());
-        rest[24..28].copy_from_slice(&0xa8c1_7be0u32.to_le_bytes()); // ldp x0, x30, [sp], #16
-        Some((0xa9bf_7be0u32.to_le_bytes(), rest)) // stp x0, x30, [sp, #-16]!
+    /// Ids are 32 bits (movz + movk).
+    pub const MAX_ID: u32 = u32::MAX;
+
+    /// The part written before the head: everything after the first instruction.
+    pub fn rest(_kind: u8) -> usize {
+        HEAD
+    }
+
+    pub fn patched(_kind: u8, id: u32, at: usize, stub: usize) -> Option<[u8; BYTES]> {
+        let bl_at = at + 16;
+        let off = (stub as i64).wrapping_sub(bl_at as i64);
+        if off % 4 != 0 || !(-(1i64 << 27)..(1i64 << 27)).contains(&off) {
+            return None;
+        }
+        let words = [
+            NOP,
+            0xa9bf_7be0,                                    // stp x0, x30, [sp, #-16]!
+            0x5280_0011 | ((id & 0xffff) << 5),             // movz w17, #lo
+            0x72a0_0011 | ((id >> 16) << 5),                // movk w17, #hi, lsl #16
+            0x9400_0000 | ((off >> 2) as u32 & 0x3ff_ffff), // bl stub
+            0xa8c1_7be0,                                    // ldp x0, x30, [sp], #16
+            NOP,
+            NOP,
+        ];
+        let mut p = [0u8; BYTES];
+        for (i, w) in words.iter().enumerate() {
+            p[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
+        }
+        Some(p)
     }
 
     pub fn store_head(at: usize, head: [u8; HEAD]) {
@@ -257,17 +327,16 @@ mod sled {
     //! No sled patching on this architecture (yet).
     pub const SUPPORTED: bool = false;
     pub const BYTES: usize = 11;
-    pub const HEAD: usize = 2;
+    pub const HEAD: usize = 1;
     pub const REACH: usize = 0;
+    pub const MAX_ID: u32 = 0;
     pub fn original(_kind: u8, _code: &[u8; BYTES]) -> bool {
         false
     }
-    pub fn patched(
-        _kind: u8,
-        _id: u32,
-        _at: usize,
-        _stub: usize,
-    ) -> Option<([u8; HEAD], [u8; BYTES - HEAD])> {
+    pub fn rest(_kind: u8) -> usize {
+        HEAD
+    }
+    pub fn patched(_kind: u8, _id: u32, _at: usize, _stub: usize) -> Option<[u8; BYTES]> {
         None
     }
     pub fn store_head(_at: usize, _head: [u8; HEAD]) {}
@@ -310,6 +379,8 @@ struct Object {
     sleds_bytes: usize,
     /// id -> function address (`| EXITS_ONLY`), index 0 unused (mmap'd).
     table: usize,
+    /// Functions with sleds (the highest id).
+    nfuncs: usize,
     table_bytes: usize,
     /// The stub page near its code (0: none yet).
     stubs: usize,
@@ -326,6 +397,7 @@ impl Object {
         nsleds: 0,
         sleds_bytes: 0,
         table: 0,
+        nfuncs: 0,
         table_bytes: 0,
         stubs: 0,
         segs: [(0, 0, 0); crate::modules::MAX_SEGMENTS],
@@ -351,6 +423,8 @@ static REGISTRY: spin::mutex::SpinMutex<Registry> = spin::mutex::SpinMutex::new(
 
 /// Whether the chosen sleds should be patched now (trace mode and recording on).
 static WANTED: AtomicBool = AtomicBool::new(false);
+/// INSTRFN_XRAY_STOP=pause: stopping leaves the sleds patched.
+static PAUSE: AtomicBool = AtomicBool::new(false);
 /// Whether exit and tail sleds are patched (INSTRFN_EXITS; entries only without).
 static EXITS: AtomicBool = AtomicBool::new(true);
 /// Whether the runtime looks at sleds at all (trace mode was chosen at load).
@@ -367,9 +441,11 @@ static SAID_MISMATCH: AtomicBool = AtomicBool::new(false);
 static SAID_REACH: AtomicBool = AtomicBool::new(false);
 static SAID_UNSUPPORTED: AtomicBool = AtomicBool::new(false);
 static SAID_FULL: AtomicBool = AtomicBool::new(false);
+static SAID_IDS: AtomicBool = AtomicBool::new(false);
 
 /// At load, in trace mode: remembers the filters and patches the sleds of every loaded object
-/// (if recording starts at once; else [`set_wanted`] does when it starts).
+/// (if recording starts at once, or INSTRFN_XRAY_STOP=pause; else [`recording`] does when it
+/// starts).
 pub fn on_load(config: &crate::config::Config) {
     {
         let mut f = FILTER.lock();
@@ -383,13 +459,24 @@ pub fn on_load(config: &crate::config::Config) {
         ROUTE.store(1, Ordering::Relaxed);
     }
     EXITS.store(config.exits, Ordering::Relaxed);
+    PAUSE.store(config.xray_pause, Ordering::Relaxed);
     ENABLED.store(true, Ordering::Relaxed);
-    WANTED.store(config.start, Ordering::Relaxed);
+    // Paused, the sleds are patched whether recording or not (INSTRFN_START=off included).
+    WANTED.store(config.start || config.xray_pause, Ordering::Relaxed);
     note_objects();
 }
 
-/// Recording starts (true) or stops (false): every chosen sled is patched, or put back.
-pub fn set_wanted(on: bool) {
+/// Recording starts (true) or stops (false) (instrfn_start/instrfn_stop, moncontrol): every
+/// chosen sled is patched, or put back; with INSTRFN_XRAY_STOP=pause they stay patched (since
+/// load) and the trampolines return at once while recording is off.
+pub fn recording(on: bool) {
+    if !PAUSE.load(Ordering::Relaxed) {
+        set_wanted(on);
+    }
+}
+
+/// Whether the chosen sleds are to be patched from now on: every one is patched, or put back.
+fn set_wanted(on: bool) {
     if !ENABLED.load(Ordering::Relaxed) {
         return;
     }
@@ -760,15 +847,15 @@ fn discover(m: &Module, lo: usize) -> Object {
     let Some(elf) = Elf::open(path) else {
         return o;
     };
+    // An object that links instrfn-xray's handler (instrfn-xray/asm/x86_64.s keeps its table in
+    // a section of this name) has compiler-rt patch its sleds with that handler: two patchers
+    // would fight over them (whether this runtime is the one linked there or a preloaded one).
+    if elf.find(CRT_ROUTE_SECTION).is_some() {
+        return o;
+    }
     let Some(map_section) = elf.find(b"xray_instr_map") else {
         return o;
     };
-    // instrfn-xray (the compiler-rt route) marks the objects it is linked into with a section
-    // of this name: there compiler-rt patches the sleds and calls instrfn's handler, and two
-    // patchers of one sled would race (silently: that is the configuration asked for).
-    if elf.find(b"instrfn_xray_crt").is_some() {
-        return o;
-    }
     let n = map_section.size as usize / ENTRY_BYTES;
     let base = (map_section.addr as usize).wrapping_add(m.bias);
     // The map must lie in a loaded segment (it is SHF_ALLOC).
@@ -863,6 +950,7 @@ fn discover(m: &Module, lo: usize) -> Object {
     o.nsleds = count;
     o.sleds_bytes = sleds_bytes;
     o.table = table;
+    o.nfuncs = nfuncs;
     o.table_bytes = table_bytes;
     // The table is read-only from now on.
     // SAFETY: our own mapping.
@@ -1163,6 +1251,16 @@ fn code_at(a: usize) -> [u8; sled::BYTES] {
 
 /// Patches the chosen sleds of `o` that are not patched yet.
 fn patch(o: &mut Object, w: &mut Writer) {
+    if o.nfuncs > sled::MAX_ID as usize {
+        if !SAID_IDS.swap(true, Ordering::Relaxed) {
+            message!(
+                "an object has {} functions with XRay sleds, more than the {} a patched sled can name: its sleds are not patched",
+                o.nfuncs,
+                sled::MAX_ID
+            );
+        }
+        return;
+    }
     let page = stub_page(o);
     if page == 0 {
         if !SAID_REACH.swap(true, Ordering::Relaxed) {
@@ -1191,7 +1289,7 @@ fn patch(o: &mut Object, w: &mut Writer) {
             }
             continue;
         }
-        let Some((head, rest)) = sled::patched(s.kind, s.id, s.addr, stub_of(page, s.kind)) else {
+        let Some(new) = sled::patched(s.kind, s.id, s.addr, stub_of(page, s.kind)) else {
             s.state = 2;
             if !SAID_REACH.swap(true, Ordering::Relaxed) {
                 message!(
@@ -1202,7 +1300,13 @@ fn patch(o: &mut Object, w: &mut Writer) {
             continue;
         };
         s.orig.copy_from_slice(&code[..sled::HEAD]);
-        if w.write(o, s.addr + sled::HEAD, &rest) && w.write_head(o, s.addr, head) {
+        // The rest first (never executed while the head is the original instruction), unless
+        // it is there already (patched before, and put back since); then the head, alone.
+        let from = sled::rest(s.kind);
+        let rest_ok = code[from..] == new[from..] || w.write(o, s.addr + from, &new[from..]);
+        let mut head = [0u8; sled::HEAD];
+        head.copy_from_slice(&new[..sled::HEAD]);
+        if rest_ok && w.write_head(o, s.addr, head) {
             s.state = 1;
             PATCHED.fetch_add(1, Ordering::Relaxed);
         }
@@ -1210,7 +1314,8 @@ fn patch(o: &mut Object, w: &mut Writer) {
     w.end(o);
 }
 
-/// Puts the first two bytes of every patched sled of `o` back.
+/// Puts the head (x86_64: the first byte; aarch64: the first instruction) of every patched
+/// sled of `o` back, with one store each: the rest stays, skipped again.
 fn unpatch(o: &mut Object, w: &mut Writer) {
     w.begin(o);
     for s in o.sleds().iter_mut().filter(|s| s.state == 1) {

@@ -214,8 +214,9 @@ fn filters_choose_what_is_patched() {
             "{route:?}: work_b's sled was touched"
         );
         for f in ["work_a", "worker"] {
+            // push $((id << 8) | 9): the jump's `eb` flipped to `68`, its `09` kept
             assert!(
-                code[f].starts_with("41ba"),
+                code[f].starts_with("6809"),
                 "{route:?}: {f} unpatched: {}",
                 code[f]
             );
@@ -250,6 +251,78 @@ fn filters_choose_what_is_patched() {
         &["bytes"],
         &[("INSTRFN_FILTER", "no_such_function")],
         &trace,
+    );
+    assert_eq!(code_bytes(&out), plain);
+}
+
+#[test]
+fn recording_off_with_sleds_patched() {
+    // INSTRFN_START=off: by default nothing is patched until recording starts; with
+    // INSTRFN_XRAY_STOP=pause every sled is patched at load and the trampolines return at once
+    // (what the trampolines alone cost): no event at all.
+    let exe = app("always");
+    let dir = workdir("xray-pause");
+    let trace = dir.join("trace");
+    let plain = code_bytes(&run_ok(Command::new(&exe).arg("bytes")));
+    let events = |trace: &Path| -> usize {
+        instrfn_dump(trace)
+            .iter()
+            .flat_map(|p| p.threads.values().flatten())
+            .count()
+    };
+    for route in [Route::Record, Route::Preload] {
+        let out = traced(route, &exe, &["bytes"], &[("INSTRFN_START", "off")], &trace);
+        assert_eq!(code_bytes(&out), plain, "{route:?}");
+        let out = traced(
+            route,
+            &exe,
+            &["bytes"],
+            &[("INSTRFN_START", "off"), ("INSTRFN_XRAY_STOP", "pause")],
+            &trace,
+        );
+        let code = code_bytes(&out);
+        for f in ["work_a", "work_b", "worker"] {
+            assert!(code[f].starts_with("6809"), "{route:?}: {f}: {}", code[f]);
+        }
+        if let Route::Record = route {
+            assert!(
+                stderr_of(&out).contains("recorded no event: INSTRFN_START=off"),
+                "{}",
+                stderr_of(&out)
+            );
+        } else {
+            assert_eq!(stderr_of(&out), "", "{route:?}");
+        }
+        assert_eq!(events(&trace), 0, "{route:?}");
+        // The threads run through the patched sleds, recording off: output unchanged.
+        let out = traced(
+            route,
+            &exe,
+            &["4", "1000"],
+            &[("INSTRFN_START", "off"), ("INSTRFN_XRAY_STOP", "pause")],
+            &trace,
+        );
+        assert_eq!(
+            stdout_of(&out),
+            stdout_of(&run_ok(Command::new(&exe).args(["4", "1000"]))),
+            "{route:?}"
+        );
+        assert_eq!(events(&trace), 0, "{route:?}");
+    }
+    // A malformed value: said in one line, the default kept.
+    let out = traced(
+        Route::Preload,
+        &exe,
+        &["bytes"],
+        &[("INSTRFN_START", "off"), ("INSTRFN_XRAY_STOP", "keep")],
+        &trace,
+    );
+    assert!(
+        stderr_of(&out).contains(
+            "ignoring INSTRFN_XRAY_STOP=\"keep\": expected unpatch (stopping puts XRay sleds back) or pause (they stay patched); using unpatch"
+        ),
+        "{}",
+        stderr_of(&out)
     );
     assert_eq!(code_bytes(&out), plain);
 }
@@ -311,6 +384,110 @@ fn rustc_variants() {
         .find(|f| f["name"] == "xray_app::work_a")
         .unwrap();
     assert_eq!(work_a["entries_without_exit"], T * N);
+}
+
+#[test]
+fn patching_while_threads_run_through_the_sleds() {
+    // 3 threads run through entry, exit and tail sleds in a tight loop while the main thread
+    // stops and starts recording 300 times (tests/fixtures/c/xray_toggle.c): by default every
+    // sled is put back and patched again each time, through /proc/self/mem or mprotect; with
+    // INSTRFN_XRAY_STOP=pause the sleds stay patched and only recording flips. No crash, and
+    // every thread's trace balanced: a call whose entry was recorded ends with its exit, or,
+    // when its exit sled was put back before it returned (unpatch), closed as unwound by the
+    // thread's next event that finds its frame gone.
+    require_tool("clang");
+    let dir = workdir("xray-toggle");
+    let trace = dir.join("trace");
+    let exe = dir.join("xray_toggle");
+    run_ok(
+        Command::new("clang")
+            .args(["-O2", "-fxray-instrument", "-fxray-instruction-threshold=1"])
+            .arg(fixture("c/xray_toggle.c"))
+            .arg("-o")
+            .arg(&exe)
+            .arg("-lpthread"),
+    );
+    const THREADS: u64 = 3;
+    const SETTLE: u64 = 100;
+    let args = ["3", "300", "100", "50"];
+    let plain = run_ok(Command::new(&exe).args(args));
+    assert_eq!(stdout_of(&plain), "toggled 0 settled 300\n");
+    for (name, env) in [
+        ("proc-mem", vec![]),
+        ("mprotect", vec![("INSTRFN_XRAY_WRITE", "mprotect")]),
+        ("pause", vec![("INSTRFN_XRAY_STOP", "pause")]),
+    ] {
+        let out = traced(Route::Preload, &exe, &args, &env, &trace);
+        assert_eq!(stdout_of(&out), "toggled 300 settled 300\n", "{name}");
+        assert_eq!(stderr_of(&out), "", "{name}");
+        let procs = instrfn_dump(&trace);
+        let p = &procs[0];
+        assert_eq!(p.lost, 0, "{name}");
+        let counts = assert_balanced(p, name);
+        let c = |kind: &str, f: &str| count_of(&counts, kind, f);
+        // After the last start, with the sleds patched and recording on: exact.
+        assert_eq!(
+            (c("entry", "settled"), c("exit", "settled")),
+            (THREADS * SETTLE, THREADS * SETTLE),
+            "{name}"
+        );
+        // Entered before the first stop, returned after the last start.
+        assert_eq!(
+            (c("entry", "spinner"), c("exit", "spinner")),
+            (THREADS, THREADS),
+            "{name}"
+        );
+        assert_eq!((c("entry", "main"), c("exit", "main")), (1, 1), "{name}");
+        for f in ["outer", "leaf", "tailee"] {
+            assert!(c("entry", f) > 0, "{name}: no calls of {f} recorded");
+            assert_eq!(c("entry", f), c("exit", f) + c("unwound", f), "{name}: {f}");
+        }
+        if name == "pause" {
+            // Every recorded entry's exit was seen (the exit sleds stayed patched).
+            let unwound: u64 = counts
+                .iter()
+                .filter(|((k, _), _)| k == "unwound")
+                .map(|(_, n)| n)
+                .sum();
+            assert_eq!(unwound, 0, "{name}: {counts:?}");
+        }
+        for (tid, events) in &p.threads {
+            let settled = events
+                .iter()
+                .filter(|e| e.kind == "entry" && e.name == "settled")
+                .count() as u64;
+            assert!(
+                settled == SETTLE || settled == 0,
+                "{name}: thread {tid} settled {settled} times"
+            );
+        }
+    }
+}
+
+#[test]
+fn rust_threads_through_sleds_while_recording_stops_and_starts() {
+    // The Rust fixture's toggle mode (the aarch64 test runs it under qemu): 3 threads in
+    // work_a/work_b (a short spin between rounds: fewer events), 300 stops and starts, then 50
+    // calls of settled each, exact.
+    let exe = app("always");
+    let dir = workdir("xray-toggle-rust");
+    let trace = dir.join("trace");
+    for env in [vec![], vec![("INSTRFN_XRAY_STOP", "pause")]] {
+        let out = traced(
+            Route::Preload,
+            &exe,
+            &["toggle", "3", "300", "50", "20000"],
+            &env,
+            &trace,
+        );
+        assert_eq!(stdout_of(&out), "toggled 300 settled 150\n", "{env:?}");
+        assert_eq!(stderr_of(&out), "", "{env:?}");
+        let p = &instrfn_dump(&trace)[0];
+        assert_balanced(p, &format!("{env:?}"));
+        assert_eq!(raw_count(p, "entry", "7settled"), 150, "{env:?}");
+        assert_eq!(raw_count(p, "exit", "7settled"), 150, "{env:?}");
+        assert_eq!(raw_count(p, "exit", "7spinner"), 3, "{env:?}");
+    }
 }
 
 #[test]
@@ -410,6 +587,8 @@ fn registers_survive_patched_sleds() {
             ("INSTRFN_TRACE_LIMIT", "100000"),
             ("INSTRFN_EXITS", "0"),
             ("INSTRFN_XRAY_WRITE", "mprotect"),
+            // Stopped with the sleds left patched: the trampolines run, recording off.
+            ("INSTRFN_XRAY_STOP", "pause"),
         ] {
             let context = format!("{} {route:?} {}={}", exe.display(), setting.0, setting.1);
             let out = match route {
@@ -425,9 +604,24 @@ fn registers_survive_patched_sleds() {
                 }
             };
             let text = stdout_of(&out);
-            // Stopped: the entry sled's first two bytes are the original jump again.
-            assert!(text.contains("stopped eb09"), "{context}: {text}");
-            assert!(text.contains("started 41ba"), "{context}: {text}");
+            // Stopped: the entry sled's first byte is the original jump's again, the rest stays
+            // as patched (push $((1 << 8) | 9); call <stub>; nop); started: the push again.
+            // (INSTRFN_XRAY_STOP=pause: patched throughout.)
+            let line = |label: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(label))
+                    .unwrap_or_else(|| panic!("{context}: no {label:?} line: {text}"))
+                    .to_string()
+            };
+            let (stopped, started) = (line("stopped "), line("started "));
+            if setting.0 == "INSTRFN_XRAY_STOP" {
+                assert_eq!(stopped, started, "{context}: {text}");
+            } else {
+                assert!(stopped.starts_with("eb09010000e8"), "{context}: {text}");
+            }
+            assert!(started.starts_with("6809010000e8"), "{context}: {text}");
+            assert_eq!(stopped[2..], started[2..], "{context}: {text}");
+            assert!(started.ends_with("90"), "{context}: {text}");
             assert!(text.ends_with("ok 3007 3007 3007\n"), "{context}: {text}");
             let p = &instrfn_dump(&trace)[0];
             let n = |kind: &str, f: &str| {
@@ -478,6 +672,11 @@ fn the_harness_catches_clobbering_trampolines() {
         err.contains("fake exit: register #3 clobbered by the return"),
         "{err}"
     );
+    // compiler-rt's form sets r10: the harness checks it (instrfn's trampolines keep it).
+    let out = run(&mut command(X86_64, &dy, &["fake-r10"], &[], &dir));
+    assert!(!out.status.success());
+    let err = stderr_of(&out);
+    assert!(err.contains("fake r10: register #8 clobbered\n"), "{err}");
 }
 
 #[test]
@@ -566,12 +765,29 @@ fn aarch64_sleds_patched_under_qemu() {
     let code = code_bytes(&out);
     assert_eq!(code["work_b"], plain_bytes["work_b"]);
     assert_eq!(code["worker"], plain_bytes["worker"]);
+    // nop (the head, flipped from `b #32` last), then stp x0, x30, [sp, #-16]!
     assert!(
-        code["work_a"].starts_with("e07bbfa9"),
-        "stp x0, x30: {code:?}"
+        code["work_a"].starts_with("1f2003d5e07bbfa9"),
+        "nop; stp x0, x30: {code:?}"
     );
     let (rows, _) = report(&trace);
     assert_eq!(rows.keys().collect::<Vec<_>>(), ["xray_app::work_a"]);
+    // Recording stopped and started while 2 threads run through the sleds: each sled's head
+    // put back and flipped again (the rest checked, not rewritten), 20 times; balanced.
+    let out = qemu_traced(&exe, &["toggle", "2", "20", "10"], &[], &trace);
+    assert_eq!(stdout_of(&out), "toggled 20 settled 20\n");
+    assert_eq!(stderr_of(&out), "");
+    let p = &instrfn_dump(&trace)[0];
+    assert_balanced(p, "aarch64 toggle");
+    assert_eq!(raw_count(p, "entry", "7settled"), 20);
+    assert_eq!(raw_count(p, "exit", "7settled"), 20);
+    assert_eq!(
+        (
+            raw_count(p, "entry", "7spinner"),
+            raw_count(p, "exit", "7spinner")
+        ),
+        (2, 2)
+    );
 }
 
 /// The dlopen fixtures (tests/fixtures/xray/dlopen_main.c and plugin.c), clang XRay sleds, no

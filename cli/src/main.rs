@@ -199,10 +199,26 @@ fn pass_through(status: std::process::ExitStatus) -> ExitCode {
 
 fn summary(output: &Path, mode: Mode, cmd: &std::ffi::OsStr) {
     let hint = |what: &str| {
+        // INSTRFN_START=off and nothing started recording: not a build problem.
+        let off = std::env::var("INSTRFN_START").is_ok_and(|v| {
+            matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "off" | "0" | "no" | "false"
+            )
+        });
+        if off {
+            eprintln!(
+                "instrfn: {} recorded no {what}: INSTRFN_START=off, and it never started \
+                 recording (instrfn_start(), moncontrol(1))",
+                cmd.to_string_lossy()
+            );
+            return;
+        }
         eprintln!(
             "instrfn: {} recorded no {what}: it never called an instrumented function. Build it \
              with -pg (gcc, clang), -Zinstrument-mcount (rustc) or -finstrument-functions (gcc, \
-             clang; trace mode)",
+             clang; trace mode), or with XRay sleds (-Zinstrument-xray, -fxray-instrument; trace \
+             mode)",
             cmd.to_string_lossy()
         );
     };

@@ -16,11 +16,15 @@
 //! The handler (asm/x86_64.s) is assembly: nothing on its path has sleds, even when the whole
 //! program — instrfn, this crate and xray-sys included — is compiled with `-Zinstrument-xray`.
 //! It maps compiler-rt's function id to the function's address through a table built once by
-//! [`install`] (or [`set_handler`]) from the executable's sled map, then continues in the
-//! runtime's `__cyg_profile_func_enter` / `__cyg_profile_func_exit` fast paths, which hold the
-//! runtime's per-thread guard (so calls the runtime's own instrumented code makes are ignored)
-//! and take no lock and no system call (the runtime's slow path, a thread's first event and
-//! each chunk switch, does, as in every mode).
+//! [`install`] (or [`set_handler`]) from the executable's sled map, finds the instrumented
+//! function's frame at an offset above its own stack pointer (measured once on compiler-rt's
+//! trampolines: [`frame_offsets`]), then continues in the runtime's
+//! `instrfn_xray_handler_entry` / `instrfn_xray_handler_exit`, the fast paths of natively
+//! patched sleds: shadow entries for the frames, so that those a panic or an exception unwinds
+//! through are closed at the catch; they check the runtime's per-thread guard first (so calls
+//! the runtime's own instrumented code makes are ignored) and take no lock and no system call
+//! (the runtime's slow path, a thread's first event and each chunk switch, does, as in every
+//! mode).
 //!
 //! Limits: x86_64 only (elsewhere [`install`] returns [`Error::Unsupported`]); the executable
 //! only (compiler-rt patches no shared library); trace mode (in gmon mode the handler's calls
@@ -45,16 +49,30 @@ core::arch::global_asm!(include_str!("../asm/x86_64.s"), options(att_syntax));
 #[cfg(target_arch = "x86_64")]
 #[repr(C)]
 struct Table {
-    /// `len` addresses, by function id (index 0 unused); written before `len`.
+    /// `len` addresses, by function id (index 0 unused; bits 63 and 62: no entry sled, no
+    /// exit sled); written before `len`.
     ptr: AtomicPtr<usize>,
     /// Entries at `ptr`; 0 until the table is published.
     len: AtomicUsize,
+    /// Where the instrumented function's frame is, above the handler's stack pointer, by entry
+    /// type (written by `instrfn_xray_probe`; 0: not known).
+    frame: [AtomicUsize; 4],
 }
+
+/// A table entry's flag: the function has no entry sled (as the runtime's own tables).
+#[cfg(target_arch = "x86_64")]
+const EXITS_ONLY: usize = 1 << 63;
+/// A table entry's flag: the function has no exit or tail sled.
+#[cfg(target_arch = "x86_64")]
+const NO_EXIT: usize = 1 << 62;
 
 #[cfg(target_arch = "x86_64")]
 unsafe extern "C" {
     static instrfn_xray_table: Table;
     fn instrfn_xray_handler(id: i32, kind: xray_sys::raw::XRayEntryType);
+    /// Runs compiler-rt's trampolines once with a probe handler set: the frame offsets of the
+    /// table (1: all known).
+    fn instrfn_xray_probe() -> i32;
 }
 
 /// Why instrfn's handler could not be installed.
@@ -96,10 +114,10 @@ impl From<PatchError> for Error {
 /// here on, every instrumented function's entry and exit is a trace event.
 ///
 /// Functions already running when it is called (`main`, and the start-up code of std that is
-/// instantiated in the program's crate and calls it) had no entry recorded; their exits are
-/// recorded when they return: `instrfn report` counts them as exits without their entry, and
-/// `instrfn dump` shows them ([`install_before_main!`] has none). Inlined into its caller, so that no frame of this crate is
-/// running while compiler-rt patches (it would leave such an exit too).
+/// instantiated in the program's crate and calls it) had no entry recorded, and their exits
+/// are not recorded either (no shadow entry of their frames; [`install_before_main!`] has
+/// none). Inlined into its caller, so that no frame of this crate is running while compiler-rt
+/// patches.
 #[inline(always)]
 pub fn install() -> Result<(), Error> {
     set_handler()?;
@@ -201,7 +219,8 @@ extern "C" fn constructor_failed(status: xray_sys::raw::XRayPatchingStatus) {
 }
 
 /// Unpatches every sled and removes the handler. Functions running at the time keep their
-/// entries without exits (an unpatched exit sled records nothing).
+/// entries without exits (an unpatched exit sled records nothing; if the handler is installed
+/// again, the first event that finds such a frame gone closes it as unwound).
 #[inline(always)]
 pub fn uninstall() -> Result<(), Error> {
     // SAFETY: compiler-rt restores every sled's nops.
@@ -231,6 +250,27 @@ pub fn set_handler() -> Result<(), Error> {
     }
 }
 
+/// Where compiler-rt's trampolines call the handler from, as found when the handler was first
+/// set ([`set_handler`], [`install`]): the offset of the instrumented function's return slot
+/// above the handler's stack pointer, for an entry, an exit, a tail exit and an argument-logging
+/// entry (compiler-rt 14: 272, 80, 272, 272). With them the handler records exactly as natively
+/// patched sleds do, frames closed on unwinding included. `None`: not set yet, or
+/// compiler-rt's trampolines would not tell (then the handler records through
+/// `__cyg_profile_func_enter/_exit`, and frames left by a panic or an exception stay open).
+pub fn frame_offsets() -> Option<[usize; 4]> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: the static of asm/x86_64.s, written once before the table is published.
+        let t = unsafe { &instrfn_xray_table };
+        let f = t.frame.each_ref().map(|o| o.load(Ordering::Acquire));
+        (t.len.load(Ordering::Acquire) != 0 && f.iter().all(|&o| o != 0)).then_some(f)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        None
+    }
+}
+
 /// The address of instrfn's handler (`None` where there is none): a function that has no
 /// XRay sleds whatever the program was built with.
 pub fn handler_address() -> Option<usize> {
@@ -252,8 +292,28 @@ fn publish_table() -> Result<(), Error> {
         let map = xray_sys::sled_map().ok_or(Error::NoSleds)?;
         let functions = map.function_addresses();
         let mut table = vec![0usize; functions.len().max(xray_sys::max_function_id()) + 1];
-        table[1..=functions.len()].copy_from_slice(&functions);
+        // Ids as function_addresses numbers them; the flags from the kinds of each one's sleds.
+        let (mut id, mut last) = (0, 0);
+        for sled in map.iter() {
+            if sled.function != last {
+                id += 1;
+                last = sled.function;
+                table[id] = sled.function | EXITS_ONLY | NO_EXIT;
+            }
+            match sled.kind {
+                xray_sys::SledKind::Entry | xray_sys::SledKind::LogArgsEntry => {
+                    table[id] &= !EXITS_ONLY
+                }
+                xray_sys::SledKind::Exit | xray_sys::SledKind::Tail => table[id] &= !NO_EXIT,
+                _ => {}
+            }
+        }
+        debug_assert_eq!(id, functions.len());
         let table: &'static mut [usize] = table.leak();
+        // SAFETY: assembly (no sleds) that calls compiler-rt's trampolines and handler setter
+        // with a handler of its own, before any of our sleds is patched (this runs once, before
+        // the first set_handler); it writes only the table's frame offsets.
+        unsafe { instrfn_xray_probe() };
         // SAFETY: a static defined in asm/x86_64.s with Table's layout, written only here
         // (once) and read by the handler.
         let t = unsafe { &instrfn_xray_table };
