@@ -666,7 +666,8 @@ instrfn_aarch64_\name:
 //   room for the event) goes to instrfn_aarch64_exit_slow with the entry still pushed.
 //   Executed (qemu -singlestep -d exec): the fast part, 45 instructions to the original
 //   return address, ret included (42 before the INSTRFN_MIN_DURATION test; 38 when it popped
-//   before writing its event, and reserved it against an end loaded once).
+//   before writing its event, and reserved it against an end loaded once); 56 when it takes
+//   a short call's entry back.
 //   The CFI marks the return address undefined: an unwinder that reaches this trampoline stops
 //   here (the unwinder entry points are wrapped to put the real return addresses back first,
 //   src/interpose.c). The nop before the label puts a return address that points at the label

@@ -793,7 +793,8 @@ instrfn_riscv64_slow:
 #   the newest event has that entry taken back instead of an exit written (.Lexit_short), and
 #   is counted in the Tls dropped word.
 #   Executed (qemu -singlestep -d exec): the fast part, 40 instructions to the original return
-#   address (37 before the INSTRFN_MIN_DURATION test).
+#   address (37 before the INSTRFN_MIN_DURATION test); 47 when it takes a short call's entry
+#   back.
 #   The CFI marks the return address undefined: an unwinder that reaches this trampoline stops
 #   here (the unwinder entry points are wrapped to put the real return addresses back first).
 #   The nop before the label puts a return address that points at the label (looked up as

@@ -2,7 +2,7 @@
 //! (gcc -pg, clang 14 -pg, -finstrument-functions, pac-ret), preloaded and linked statically;
 //! pac-ret code whose saved return addresses look unsigned; the exit trampoline's registers;
 //! a Rust program built with -Zinstrument-mcount; signal handlers interrupting the trampolines
-//! anywhere (qemu single-stepping).
+//! anywhere (qemu single-stepping); INSTRFN_MIN_DURATION, also with such handlers.
 
 mod common;
 

@@ -2,7 +2,8 @@
 //! compiler and entry kind of the architecture, the shapes whose exits are not traced the usual
 //! way, the exit trampoline's register harness (fast and slow exits, and a negative case), the
 //! ways out of a function other than its return (longjmp, pthread_exit/cancel, backtrace(),
-//! C++ exceptions), and signal handlers interrupting the trampolines anywhere.
+//! C++ exceptions), signal handlers interrupting the trampolines anywhere, and
+//! INSTRFN_MIN_DURATION (also with such handlers).
 //!
 //! Which code gets exits (asm/riscv64.s, src/arch/riscv64.rs `prologue`): every function whose
 //! prologue saves ra at CFA - 8, decoded from its entry to its counting call: gcc -pg at any -O

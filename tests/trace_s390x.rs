@@ -3,7 +3,8 @@
 //! registers (fast and slow exits, with and without the vector facility, and a harness that
 //! catches a clobbering trampoline); unwinding through traced frames (an unwinder's walk,
 //! longjmp, siglongjmp, pthread_exit and cancellation, tail calls, backtrace(), also from
-//! signal handlers, and C++ exceptions); INSTRFN_EXITS=off; and the host's `instrfn dump`
+//! signal handlers, and C++ exceptions); INSTRFN_EXITS=off; INSTRFN_MIN_DURATION
+//! (also with signal handlers in the middle of a take-back); and the host's `instrfn dump`
 //! reading the big-endian traces (symbols, clock).
 
 mod common;
