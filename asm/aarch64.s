@@ -31,7 +31,7 @@
 // {SLOT_SELF} and from_pc right after it at {SLOT_FROM} (one ldp loads both), count at {SLOT_COUNT}; the hash
 // multiplier {HASH_MUL} is loaded from instrfn_hash_mul (asm/data.s).
 // Trace mode (src/trace.rs) adds: Tls {TLS_TRACE_POS} trace_pos and {TLS_TRACE_END} trace_end, {TLS_SHADOW_TOP} shadow_top,
-// {TLS_SHADOW_END} shadow_end, {TLS_SHADOW_BASE} shadow_base, {TLS_UNWOUND} unwound, {TLS_ENTRY_ONLY} entry_only; shadow entries of
+// {TLS_SHADOW_END} shadow_end, {TLS_SHADOW_BASE} shadow_base, {TLS_UNWOUND} unwound, {TLS_ENTRY_ONLY} entry_only, {TLS_DROPPED} dropped; shadow entries of
 // {SH_BYTES} bytes: {SH_RET} the original return address, {SH_SLOT} the return slot, {SH_FN} the function
 // and, aarch64's own use of the spare word, {SH_FP} the frame pointer the function will return
 // with (see instrfn_aarch64_exit); events of {EV_BYTES} bytes, (value << {EV_SHIFT}) | kind, kinds
@@ -659,12 +659,15 @@ instrfn_aarch64_\name:
 //   just checked), and the entry popped after it: read the original return address, zero
 //   the slot (free; a handler that comes between the two stores takes the entry for one
 //   being pushed: alive), lower shadow_top. Until then a signal handler that interrupts us
-//   finds the entry intact (it pushes and pops above it). Anything else (frames left behind
-//   by longjmp, an unwinder that ran, no room for the event) goes to
-//   instrfn_aarch64_exit_slow with the entry still pushed.
-//   Executed (qemu -singlestep -d exec): the fast part, 42 instructions to the original
-//   return address, ret included (38 when it popped before writing its event, and reserved
-//   it against an end loaded once).
+//   finds the entry intact (it pushes and pops above it). With INSTRFN_MIN_DURATION
+//   (instrfn_min_ticks nonzero) a short call whose entry is still the newest event has that
+//   entry taken back instead of an exit written (.Lexit_short), and is counted in the Tls
+//   dropped word. Anything else (frames left behind by longjmp, an unwinder that ran, no
+//   room for the event) goes to instrfn_aarch64_exit_slow with the entry still pushed.
+//   Executed (qemu -singlestep -d exec): the fast part, 45 instructions to the original
+//   return address, ret included (42 before the INSTRFN_MIN_DURATION test; 38 when it popped
+//   before writing its event, and reserved it against an end loaded once); 56 when it takes
+//   a short call's entry back.
 //   The CFI marks the return address undefined: an unwinder that reaches this trampoline stops
 //   here (the unwinder entry points are wrapped to put the real return addresses back first,
 //   src/interpose.c). The nop before the label puts a return address that points at the label
@@ -701,6 +704,9 @@ instrfn_aarch64_exit:
     cbz     w17, .Lexit_pop
     mrs     x15, cntvct_el0                 // timestamp
     add     x14, x16, #{TLS_TRACE_POS}
+    adrp    x17, instrfn_min_ticks
+    ldr     x17, [x17, #:lo12:instrfn_min_ticks]
+    cbnz    x17, .Lexit_short               // INSTRFN_MIN_DURATION: maybe no events at all
 1:  ldr     x10, [x14]                      // our event, if there is room
     ldr     x13, [x16, #{TLS_TRACE_END}]
     add     x11, x10, #{EV_BYTES}
@@ -721,6 +727,50 @@ instrfn_aarch64_exit:
     str     xzr, [x9, #{SH_SLOT}]                  // free entries have slot 0
     str     x9, [x16, #{TLS_SHADOW_TOP}]           // popped
     ret
+.Lexit_short:
+    // INSTRFN_MIN_DURATION (asm/x86_64.s .Lexit_short): a call shorter than instrfn_min_ticks
+    // whose entry is still the thread's newest event (its callees, if any, were short too and
+    // taken back already) leaves no events: its entry is taken back. The entry's tag is zeroed
+    // first, then the position moved back over it with a compare-and-swap (ldxr/stxr, as the
+    // reservation above) that fails if a signal handler reserved an event since: then the tag
+    // goes back and the exit is written as usual, stamped after the handler's events. A
+    // handler that comes after the tag is zeroed and before the position moves writes above
+    // the entry; if it leaves events, the position has moved and the entry stays; if all its
+    // calls were taken back too, the position is the same again and ours goes as well (its
+    // bytes stay reserved until then, so the collector keeps the chunk mapped: src/trace.rs
+    // `all_written`).
+    // x17 = instrfn_min_ticks, x15 = timestamp, x14 = &trace_pos, x12 = the function, x9 =
+    // the entry; x10, x11, x13 free.
+    ldr     x13, [x16, #{TLS_TRACE_END}]
+    cbz     x13, 1b                         // no chunk: nothing to take back
+    ldr     x10, [x14]                      // just past the newest event
+    lsl     x11, x12, #{EV_SHIFT}
+    orr     x11, x11, #{EV_ENTRY}                  // our entry's tag
+    ldur    x13, [x10, #-8]
+    cmp     x13, x11
+    b.ne    1b                              // not ours (the first event of a chunk finds the
+                                            // header's zero word there)
+    ldur    x13, [x10, #-{EV_BYTES}]
+    sub     x13, x15, x13                   // the call's length in ticks
+    cmp     x13, x17
+    b.hs    1b                              // long enough: recorded
+    stur    xzr, [x10, #-8]                 // the entry is unwritten again
+    sub     x13, x10, #{EV_BYTES}
+2:  ldxr    x17, [x14]                      // and unreserved, if nothing came after it
+    cmp     x17, x10
+    b.ne    3f
+    stxr    w17, x13, [x14]
+    cbnz    w17, 2b                         // a handler ran between ldxr and stxr: again
+    add     x13, x16, #{TLS_DROPPED}               // counted (a handler may count too)
+4:  ldxr    x10, [x13]
+    add     x10, x10, #1
+    stxr    w17, x10, [x13]
+    cbnz    w17, 4b
+    b       .Lexit_pop
+3:  clrex                                   // a handler came in between: the entry stays
+    stur    x11, [x10, #-8]
+    mrs     x15, cntvct_el0                 // the exit comes after the handler's events
+    b       1b
 .Lexit_slow:
     // instrfn_aarch64_trace_exit(tls, sp = the function's CFA, x29): finds the returning
     // frame's entry, closes the ones above it, pops it, writes its exit, returns its original

@@ -52,7 +52,7 @@
 # on it. There is no __fentry__ on riscv64 (gcc has no -mfentry there).
 #
 # Trace mode (src/trace.rs; the layout operands: Tls {TLS_TRACE_POS} trace_pos, {TLS_TRACE_END} trace_end,
-# {TLS_SHADOW_TOP} shadow_top, {TLS_SHADOW_END} shadow_end, {TLS_SHADOW_BASE} shadow_base, {TLS_UNWOUND} unwound; shadow entries of {SH_BYTES} bytes,
+# {TLS_SHADOW_TOP} shadow_top, {TLS_SHADOW_END} shadow_end, {TLS_SHADOW_BASE} shadow_base, {TLS_UNWOUND} unwound, {TLS_DROPPED} dropped; shadow entries of {SH_BYTES} bytes,
 # the original return address at {SH_RET}, its slot at {SH_SLOT}, the function at {SH_FN}; events of {EV_BYTES} bytes,
 # (value << {EV_SHIFT}) | kind, kinds {EV_ENTRY} entry and {EV_EXIT} exit). The exit trampoline
 # must tell, from sp at a return, which frame returns, and the fast path must know where the
@@ -789,8 +789,12 @@ instrfn_riscv64_slow:
 #   the newest entry is another frame's (frames left behind by longjmp), an unwinder ran, or
 #   the event does not fit. Frame, 64 bytes, CFA = sp + 64: 0 a0, 8 a1, 16 fa0, 24 fa1, 32
 #   fcsr, 40 old signal mask, 48 the return address, 56 the old guard.
-#   Executed (qemu -singlestep -d exec): the fast part, 37 instructions to the original return
-#   address.
+#   With INSTRFN_MIN_DURATION (instrfn_min_ticks nonzero) a short call whose entry is still
+#   the newest event has that entry taken back instead of an exit written (.Lexit_short), and
+#   is counted in the Tls dropped word.
+#   Executed (qemu -singlestep -d exec): the fast part, 40 instructions to the original return
+#   address (37 before the INSTRFN_MIN_DURATION test); 47 when it takes a short call's entry
+#   back.
 #   The CFI marks the return address undefined: an unwinder that reaches this trampoline stops
 #   here (the unwinder entry points are wrapped to put the real return addresses back first).
 #   The nop before the label puts a return address that points at the label (looked up as
@@ -821,6 +825,11 @@ instrfn_riscv64_exit:
     auipc t1, %pcrel_hi(instrfn_enabled)
     lbu t1, %pcrel_lo(.Lexit_enabled)(t1)
     beqz t1, .Lexit_pop
+.Lexit_min:
+    auipc t1, %pcrel_hi(instrfn_min_ticks)
+    ld t1, %pcrel_lo(.Lexit_min)(t1)
+    bnez t1, .Lexit_short                  # INSTRFN_MIN_DURATION: maybe no events at all
+.Lexit_event:
     TRACE_EVENT {EV_EXIT}, t5, .Lexit_slow, t6 # (no room: nothing popped yet, the slow path
                                            # does all)
 .Lexit_pop:
@@ -831,6 +840,46 @@ instrfn_riscv64_exit:
                                            # takes it for one being pushed: alive)
     sd t4, {TLS_SHADOW_TOP}(t0)            # popped
     ret
+.Lexit_short:
+    # INSTRFN_MIN_DURATION (asm/x86_64.s .Lexit_short): a call shorter than instrfn_min_ticks
+    # whose entry is still the thread's newest event (its callees, if any, were short too and
+    # taken back already) leaves no events: its entry is taken back. The entry's tag is zeroed
+    # first, then the position moved back over it with a compare-and-swap (lr.d/sc.d, as in
+    # TRACE_EVENT) that fails if a signal handler reserved an event since: then the tag goes
+    # back and the exit is written as usual (TRACE_EVENT takes its timestamp after the
+    # handler's events). A handler that comes after the tag is zeroed and before the position
+    # moves writes above the entry; if it leaves events, the position has moved and the entry
+    # stays; if all its calls were taken back too, the position is the same again and ours
+    # goes as well (its bytes stay reserved until then, so the collector keeps the chunk
+    # mapped: src/trace.rs `all_written`). The count is added with one amoadd.d.
+    # t1 = instrfn_min_ticks, t0 = &Tls, t4 = the entry, t5 = the function; t2, t3, t6 free.
+    ld t2, {TLS_TRACE_END}(t0)
+    beqz t2, .Lexit_event                  # no chunk: nothing to take back
+    ld t2, {TLS_TRACE_POS}(t0)             # just past the newest event
+    rdtime t6
+    ld t3, -{EV_BYTES}(t2)                 # its timestamp
+    sub t3, t6, t3                         # the call's length in ticks, if it is our entry
+    bgeu t3, t1, .Lexit_event              # long enough: recorded
+    ld t1, 8-{EV_BYTES}(t2)                # its tag
+    slli t3, t5, {EV_SHIFT}
+    ori t3, t3, {EV_ENTRY}                 # our entry's tag
+    bne t1, t3, .Lexit_event               # not ours (the first event of a chunk finds the
+                                           # header's zero word there)
+    sd zero, 8-{EV_BYTES}(t2)              # the entry is unwritten again
+    addi t1, t0, {TLS_TRACE_POS}           # t1 = &trace_pos
+1:  lr.d t6, (t1)                          # and unreserved, if nothing came after it
+    bne t6, t2, 2f
+    addi t3, t2, -{EV_BYTES}
+    sc.d t6, t3, (t1)
+    bnez t6, 1b                            # reservation lost (a trap came between): again
+    li t2, 1
+    addi t1, t0, {TLS_DROPPED}
+    amoadd.d zero, t2, (t1)                # counted
+    j .Lexit_pop
+2:  slli t3, t5, {EV_SHIFT}                # a handler came in between: the entry stays
+    ori t3, t3, {EV_ENTRY}
+    sd t3, 8-{EV_BYTES}(t2)
+    j .Lexit_event
 .Lexit_slow:
     addi sp, sp, -64
     .cfi_def_cfa_offset 64

@@ -91,7 +91,7 @@
     # (from the table base plus the slot offset); the hash multiplier {HASH_MUL} comes from
     # instrfn_hash_mul (asm/data.s).
     # Trace mode's: Tls {TLS_TRACE_POS} trace_pos, {TLS_TRACE_END} trace_end, {TLS_SHADOW_TOP} shadow_top,
-    # {TLS_SHADOW_END} shadow_end, {TLS_SHADOW_BASE} shadow_base, {TLS_UNWOUND} unwound; shadow entries of {SH_BYTES}
+    # {TLS_SHADOW_END} shadow_end, {TLS_SHADOW_BASE} shadow_base, {TLS_UNWOUND} unwound, {TLS_DROPPED} dropped; shadow entries of {SH_BYTES}
     # bytes: original return address at {SH_RET}, slot at {SH_SLOT}, function at {SH_FN}; events of {EV_BYTES}
     # bytes, the second word (address << {EV_SHIFT}) | kind, kinds {EV_ENTRY} entry, {EV_EXIT} exit and {EV_NOEXIT} entry
     # without exit.
@@ -641,7 +641,10 @@ instrfn_s390x_slow:
 #   event (reserved as in FAST_PATH: compare-and-swap against the room just checked), then
 #   pops it (slot zeroed: free), and continues at the original return address (through r1).
 #   Registers: r14 = &Tls, r4 = the entry, r1 = the event, then the original return address;
-#   r0 = the event's tagged word, r5 scratch.
+#   r0 = the event's tagged word, r5 scratch; 48(S) (r6's save slot) holds the clock in
+#   .Lexit_short. With INSTRFN_MIN_DURATION (instrfn_min_ticks nonzero) a short call whose
+#   entry is still the newest event has that entry taken back instead of an exit written
+#   (.Lexit_short), and is counted in the Tls dropped word.
 #   Everything out of the ordinary (the entry is not ours: frames left behind by longjmp; an
 #   unwinder ran; no room for the event) goes to instrfn_trace_exit_slow(tls, slot) through
 #   instrfn_s390x_slow (flag 2), with everything saved, in a frame of its own with a
@@ -677,6 +680,10 @@ instrfn_s390x_exit:
     larl %r5,instrfn_enabled
     cli 0(%r5),0
     je .Lexit_pop
+    larl %r5,instrfn_min_ticks
+    cghsi 0(%r5),0
+    jne .Lexit_short                        # INSTRFN_MIN_DURATION: maybe no events at all
+.Lexit_event:
     lg %r1,{TLS_TRACE_POS}(%r14)
 1:  la %r5,{EV_BYTES}(%r1)
     clg %r5,{TLS_TRACE_END}(%r14)
@@ -696,6 +703,45 @@ instrfn_s390x_exit:
     stg %r4,{TLS_SHADOW_TOP}(%r14)                   # popped
     lmg %r4,%r5,32(%r15)
     br %r1
+.Lexit_short:
+    # INSTRFN_MIN_DURATION (asm/x86_64.s .Lexit_short): a call shorter than instrfn_min_ticks
+    # whose entry is still the thread's newest event (its callees, if any, were short too and
+    # taken back already) leaves no events: its entry is taken back. The entry's tag is zeroed
+    # first, then the position moved back over it with a csg that fails if a signal handler
+    # reserved an event since: then the tag goes back and the exit is written as usual (its
+    # stckf comes after the handler's events). A handler that comes after the tag is zeroed
+    # and before the csg writes above the entry; if it leaves events, the position has moved
+    # and the entry stays; if all its calls were taken back too, the position is the same
+    # again and ours goes as well (its bytes stay reserved until then, so the collector keeps
+    # the chunk mapped: src/trace.rs `all_written`). The count is added with one agsi.
+    # stckf only stores: the clock goes through 48(S), r6's slot in the returning function's
+    # save area (it restored r6 from there; nothing reads it any more).
+    # r5 = &instrfn_min_ticks, r14 = &Tls, r4 = the entry; r0 and r1 free.
+    cghsi {TLS_TRACE_END}(%r14),0
+    je .Lexit_event                         # no chunk: nothing to take back
+    lg %r1,{TLS_TRACE_POS}(%r14)            # just past the newest event
+    lg %r0,{SH_FN}(%r4)
+    sllg %r0,%r0,{EV_SHIFT}
+    oill %r0,{EV_ENTRY}                     # our entry's tag
+    cg %r0,8-{EV_BYTES}(%r1)
+    jne .Lexit_event                        # not ours (the first event of a chunk finds the
+                                            # header's zero word there)
+    stckf 48(%r15)
+    lg %r0,48(%r15)
+    sg %r0,-{EV_BYTES}(%r1)                 # the call's length in ticks
+    clg %r0,0(%r5)
+    jnl .Lexit_event                        # long enough: recorded
+    lay %r5,-{EV_BYTES}(%r1)                # our entry: the position without it
+    mvghi 8(%r5),0                          # the entry is unwritten again
+    csg %r1,%r5,{TLS_TRACE_POS}(%r14)       # and unreserved, if nothing came after it
+    jne 2f
+    agsi {TLS_DROPPED}(%r14),1              # counted
+    j .Lexit_pop
+2:  lg %r0,{SH_FN}(%r4)                     # a handler came in between: the entry stays
+    sllg %r0,%r0,{EV_SHIFT}
+    oill %r0,{EV_ENTRY}
+    stg %r0,8(%r5)
+    j .Lexit_event
 .Lexit_slow:
     stmg %r2,%r3,16(%r15)                   # r2-r5 in the save area, as the slow path expects
     lghi %r1,0                              # no return address until the Rust side gives it

@@ -2,7 +2,7 @@
 //! (gcc -pg, clang 14 -pg, -finstrument-functions, pac-ret), preloaded and linked statically;
 //! pac-ret code whose saved return addresses look unsigned; the exit trampoline's registers;
 //! a Rust program built with -Zinstrument-mcount; signal handlers interrupting the trampolines
-//! anywhere (qemu single-stepping).
+//! anywhere (qemu single-stepping); INSTRFN_MIN_DURATION, also with such handlers.
 
 mod common;
 
@@ -276,8 +276,9 @@ fn exit_harness(dir: &Path, extra: &[&OsStr], out: &str) -> PathBuf {
 /// every callee-saved one, FPCR, FPSR and errno: on its fast path (kind 0), its slow path
 /// (kind 1: a frame left behind above the returning one; INSTRFN_BUFSIZE=4096: the chunk
 /// fills, also at exits), and the entry's slow path (kind 2: sentinels loaded before the call
-/// of _mcount, a new thread for each call). Statically linked and preloaded; the trace shows
-/// every call.
+/// of _mcount, a new thread for each call), and with INSTRFN_MIN_DURATION=1s (kind 0: every
+/// call short, its entry taken back). Statically linked and preloaded; the trace shows every
+/// call, or counts it as dropped.
 #[test]
 fn aarch64_trace_exit_registers() {
     const N: u64 = 1500;
@@ -297,6 +298,7 @@ fn aarch64_trace_exit_registers() {
             ("0", N, &[("INSTRFN_BUFSIZE", "4096")][..]),
             ("1", N, &[("INSTRFN_BUFSIZE", "4096")][..]),
             ("2", 40, &[][..]),
+            ("0", N, &[("INSTRFN_MIN_DURATION", "1s")][..]),
         ] {
             let context = format!("{} kind {kind} {extra:?}", exe.display());
             let calls_s = calls.to_string();
@@ -311,8 +313,22 @@ fn aarch64_trace_exit_registers() {
             } else {
                 "instrfn_exit_target"
             };
-            assert_eq!(count_of(&counts, "entry", target), calls, "{context}");
-            assert_eq!(count_of(&counts, "exit", target), calls, "{context}");
+            let (entries, exits) = (
+                count_of(&counts, "entry", target),
+                count_of(&counts, "exit", target),
+            );
+            if extra.iter().any(|(k, _)| *k == "INSTRFN_MIN_DURATION") {
+                // Every call is short: the exit trampoline takes its entry back (.Lexit_short,
+                // with the registers as they must be), counted; the calls recorded are those
+                // whose entry was not the newest event any more (the first of a chunk).
+                let dropped = meta_dropped(&trace);
+                assert_eq!(entries, exits, "{context}");
+                assert!(dropped > calls / 2, "{context}: {dropped} dropped");
+                assert_eq!(dropped + entries, calls, "{context}: {dropped} dropped");
+                continue;
+            }
+            assert_eq!(entries, calls, "{context}");
+            assert_eq!(exits, calls, "{context}");
             let inner = if kind == "1" { calls } else { 0 };
             assert_eq!(
                 count_of(&counts, "unwound", "instrfn_exit_inner"),
@@ -811,6 +827,107 @@ fn aarch64_trace_signal_handlers_interrupt_trampolines_anywhere() {
                     assert_eq!(count_of(&counts, "exit", f), n, "{context}: {f}");
                 }
             }
+        }
+    }
+}
+
+/// INSTRFN_MIN_DURATION (asm/aarch64.s `.Lexit_short`): sleeps.c with a threshold of 5 ms,
+/// between its 1000 calls of tiny() (nanoseconds) and its naps (10 and 30 ms): the exit
+/// trampoline takes back the entry of every short call, so the trace holds exactly the naps
+/// and main, and every call left out is counted (`dropped` in the meta file: recorded +
+/// dropped = the calls of a run without the threshold, exactly). gcc and clang -pg, preloaded
+/// and linked. -finstrument-functions code records every call, as on every architecture (its
+/// exit hook has no shadow entry that ties it to its own entry).
+#[test]
+fn aarch64_trace_min_duration_leaves_short_calls_out() {
+    for (compiler, flags) in [
+        (Compiler::Gcc, &["-pg"][..]),
+        (Compiler::Clang, &["-pg"][..]),
+        (Compiler::Gcc, &["-finstrument-functions"][..]),
+    ] {
+        let name = format!("aarch64-trace-min-duration-{compiler:?}{}", flags.join(""));
+        let dir = workdir(&name);
+        let obj = compile(compiler, &dir, "sleeps.c", flags, "sleeps.o");
+        for link_kind in [Link::Preload, Link::Static] {
+            let exe = link(&dir, &obj, "sleeps", link_kind);
+            let context = format!("{name} {link_kind:?}");
+            let (_, trace) = run_traced(&exe, &[], link_kind, &[], &dir);
+            let all = instrfn_dump(&trace).remove(0);
+            let env = [("INSTRFN_MIN_DURATION", "5ms")];
+            let (out, trace) = run_traced(&exe, &[], link_kind, &env, &dir);
+            assert!(out.starts_with("nap10 "), "{context}: {out}");
+            let mut procs = instrfn_dump(&trace);
+            assert_eq!(procs.len(), 1, "{context}");
+            let (kept, dropped) = (procs.remove(0), meta_dropped(&trace));
+            if flags == ["-finstrument-functions"] {
+                assert_eq!(dropped, 0, "{context}");
+                assert_eq!(
+                    calls_per_function(&kept),
+                    calls_per_function(&all),
+                    "{context}"
+                );
+            } else {
+                assert_min_duration_sleeps(&all, &kept, dropped, 5e6, &context);
+            }
+        }
+    }
+}
+
+/// INSTRFN_MIN_DURATION under signal handlers that trace between any two instructions of the
+/// trampolines (tracesig.c, qemu single-stepping, 4 KiB chunks; see
+/// aarch64_trace_signal_handlers_interrupt_trampolines_anywhere): a handler that comes while
+/// the exit trampoline takes an entry back (between its check of the newest event and the
+/// stxr that moves the position back) either leaves events, and then the entry stays and gets
+/// its exit, or had all its calls taken back too, and then the entry goes as well. At 1 s
+/// every call is short; at 100 µs handler_fn (100 calls of leaf) is mostly long and work and
+/// leaf are short, so handlers often leave events in the middle of a take-back; the last
+/// round walks the stack in every handler. Every run: a nested trace with every exit, nothing
+/// lost, and every call recorded or counted as dropped, exactly.
+#[test]
+fn aarch64_trace_min_duration_signal_handlers_interrupt_the_take_back() {
+    for (compiler, flags) in [
+        (Compiler::Gcc, &["-pg"][..]),
+        (Compiler::Clang, &["-pg"][..]),
+    ] {
+        let name = format!("aarch64-trace-min-duration-tracesig-{compiler:?}");
+        let dir = workdir(&name);
+        let obj = compile(compiler, &dir, "tracesig.c", flags, "tracesig.o");
+        let exe = link(&dir, &obj, "tracesig", Link::Static);
+        for (threshold, walk) in [("1s", false), ("100us", false), ("100us", true)] {
+            let context = format!("{name} {threshold}{}", if walk { " walk" } else { "" });
+            let tdir = dir.join("trace");
+            let _ = std::fs::remove_dir_all(&tdir);
+            let t = tdir.display().to_string();
+            let env = [
+                ("INSTRFN_MODE", "trace"),
+                ("INSTRFN_OUTPUT", t.as_str()),
+                ("INSTRFN_BUFSIZE", "4096"),
+                ("INSTRFN_MIN_DURATION", threshold),
+            ];
+            let args: &[&str] = if walk { &["3000", "walk"] } else { &["3000"] };
+            let mut cmd = command(AARCH64, &exe, args, &env, &dir);
+            cmd.env("QEMU_SINGLESTEP", "1");
+            let out = run_within(&mut cmd, 300);
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(
+                out.status.success(),
+                "{context}: {}\n{stdout}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let words: Vec<&str> = stdout.split_whitespace().collect();
+            let (handled, calls): (u64, u64) = match words[..] {
+                ["handled", h, "calls", c] => (h.parse().unwrap(), c.parse().unwrap()),
+                _ => panic!("{context}: {stdout}"),
+            };
+            assert!(handled > 0, "{context}: no signal was handled");
+            let mut procs = instrfn_dump(&tdir);
+            assert_eq!(procs.len(), 1, "{context}");
+            let p = procs.remove(0);
+            for (tid, events) in &p.threads {
+                assert_nested(events, &format!("{context} thread {tid}"));
+            }
+            assert_min_duration_tracesig(&p, meta_dropped(&tdir), handled, calls, &context);
         }
     }
 }

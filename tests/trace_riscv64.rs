@@ -2,7 +2,8 @@
 //! compiler and entry kind of the architecture, the shapes whose exits are not traced the usual
 //! way, the exit trampoline's register harness (fast and slow exits, and a negative case), the
 //! ways out of a function other than its return (longjmp, pthread_exit/cancel, backtrace(),
-//! C++ exceptions), and signal handlers interrupting the trampolines anywhere.
+//! C++ exceptions), signal handlers interrupting the trampolines anywhere, and
+//! INSTRFN_MIN_DURATION (also with such handlers).
 //!
 //! Which code gets exits (asm/riscv64.s, src/arch/riscv64.rs `prologue`): every function whose
 //! prologue saves ra at CFA - 8, decoded from its entry to its counting call: gcc -pg at any -O
@@ -264,7 +265,8 @@ fn chunks_opened_by_an_exit(tdir: &Path) -> usize {
 /// harness loads sentinels into them before it returns through it), and the trace entry path
 /// keeps every register: with its fast part, with its slow part after a frame skipped by a
 /// longjmp-like jump, and when the chunk is full (INSTRFN_BUFSIZE=4096); with a shadow stack
-/// of one entry (INSTRFN_MAX_DEPTH=1) the skipped frame is an entry without exit. Linked
+/// of one entry (INSTRFN_MAX_DEPTH=1) the skipped frame is an entry without exit; with
+/// INSTRFN_MIN_DURATION=1s the fast exits take their entries back (counted). Linked
 /// statically and dynamically (eager binding: a lazy PLT resolver clobbers scratch registers).
 #[test]
 fn riscv64_exit_trampoline_registers() {
@@ -295,6 +297,7 @@ fn riscv64_exit_trampoline_registers() {
             &[][..],
             &[("INSTRFN_BUFSIZE", "4096")][..],
             &[("INSTRFN_MAX_DEPTH", "1")][..],
+            &[("INSTRFN_MIN_DURATION", "1s")][..],
         ] {
             let mut env = vec![("LD_LIBRARY_PATH", ld_path.as_str())];
             env.extend_from_slice(extra);
@@ -313,6 +316,22 @@ fn riscv64_exit_trampoline_registers() {
                     *counts.entry((e.kind.clone(), e.name.clone())).or_insert(0) += 1;
                 }
             }
+            if extra.iter().any(|(k, _)| *k == "INSTRFN_MIN_DURATION") {
+                // Every call is short: the exit trampoline takes the callee's entry back
+                // (.Lexit_short, with the registers as they must be), counted; the callee's
+                // calls recorded are those whose entry was not the newest event any more (the
+                // first of a chunk). The skipper's exits take the slow path: all recorded.
+                let key = |k: &str| (k.to_string(), "instrfn_exit_callee".to_string());
+                let recorded = counts.remove(&key("entry")).unwrap_or(0);
+                assert_eq!(
+                    counts.remove(&key("exit")).unwrap_or(0),
+                    recorded,
+                    "{context}"
+                );
+                let dropped = meta_dropped(&tdir) as usize;
+                assert!(dropped > k0 / 2, "{context}: {dropped} dropped");
+                assert_eq!(dropped + recorded, k0, "{context}: {dropped} dropped");
+            }
             let depth1 = extra.iter().any(|(k, _)| *k == "INSTRFN_MAX_DEPTH");
             let inner = if depth1 {
                 vec![("entry-no-exit", "instrfn_exit_inner", k1)]
@@ -323,13 +342,15 @@ fn riscv64_exit_trampoline_registers() {
                 ]
             };
             let mut want: Vec<(&str, &str, usize)> = vec![
-                ("entry", "instrfn_exit_callee", k0),
-                ("exit", "instrfn_exit_callee", k0),
                 ("entry", "instrfn_exit_skipper", k1),
                 ("exit", "instrfn_exit_skipper", k1),
                 ("entry-no-exit", "instrfn_exit_noslot", k2),
             ];
             want.extend(inner);
+            if !extra.iter().any(|(k, _)| *k == "INSTRFN_MIN_DURATION") {
+                want.push(("entry", "instrfn_exit_callee", k0));
+                want.push(("exit", "instrfn_exit_callee", k0));
+            }
             let want: std::collections::BTreeMap<(String, String), usize> = want
                 .into_iter()
                 .map(|(k, n, c)| ((k.to_string(), n.to_string()), c))
@@ -849,6 +870,115 @@ fn riscv64_trace_signal_handlers_interrupt_trampolines_anywhere() {
                 assert_eq!(count_of(&counts, "entry", f), n, "{context}: {f}");
                 assert_eq!(count_of(&counts, "exit", f), n, "{context}: {f}");
             }
+        }
+    }
+}
+
+/// INSTRFN_MIN_DURATION (asm/riscv64.s `.Lexit_short`): sleeps.c with a threshold of 5 ms,
+/// between its 1000 calls of tiny() (nanoseconds) and its naps (10 and 30 ms): the exit
+/// trampoline takes back the entry of every short call, so the trace holds exactly the naps
+/// and main, and every call left out is counted (`dropped` in the meta file: recorded +
+/// dropped = the calls of a run without the threshold, exactly). gcc and clang -pg, preloaded
+/// and linked. -finstrument-functions code records every call, as on every architecture (its
+/// exit hook has no shadow entry that ties it to its own entry).
+#[test]
+fn riscv64_trace_min_duration_leaves_short_calls_out() {
+    for (cc, flags) in [
+        (Cc::Gcc, &["-pg"][..]),
+        (Cc::Clang, &["-pg"][..]),
+        (Cc::Gcc, &["-finstrument-functions"][..]),
+    ] {
+        let name = format!("riscv64-trace-min-duration-{cc:?}{}", flags.join(""));
+        let dir = workdir(&name);
+        let obj = dir.join("sleeps.o");
+        compile(cc, "sleeps.c", flags, &obj);
+        for kind in [Link::Preload, Link::Static] {
+            let exe = link(&obj, &dir, "sleeps", kind);
+            let context = format!("{name} {kind:?}");
+            let (_, tdir) = run_traced(&exe, &[], kind, &[], &dir, "trace-all");
+            let all = one_process(&tdir, &context);
+            let env = [("INSTRFN_MIN_DURATION", "5ms")];
+            let (out, tdir) = run_traced(&exe, &[], kind, &env, &dir, "trace");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(stdout.starts_with("nap10 "), "{context}: {stdout}");
+            let kept = one_process(&tdir, &context);
+            let dropped = meta_dropped(&tdir);
+            if flags == ["-finstrument-functions"] {
+                assert_eq!(dropped, 0, "{context}");
+                assert_eq!(
+                    calls_per_function(&kept),
+                    calls_per_function(&all),
+                    "{context}"
+                );
+            } else {
+                assert_min_duration_sleeps(&all, &kept, dropped, 5e6, &context);
+            }
+        }
+    }
+}
+
+/// INSTRFN_MIN_DURATION under signal handlers that trace between any two instructions of the
+/// trampolines (tracesig.c, qemu single-stepping, 4 KiB chunks; see
+/// riscv64_trace_signal_handlers_interrupt_trampolines_anywhere): a handler that comes while
+/// the exit trampoline takes an entry back (between its check of the newest event and the
+/// sc.d that moves the position back) either leaves events, and then the entry stays and gets
+/// its exit, or had all its calls taken back too, and then the entry goes as well. At 1 s
+/// every call is short; at 100 µs handler_fn (100 calls of leaf) is mostly long and work and
+/// leaf are short, so handlers often leave events in the middle of a take-back; the last
+/// round walks the stack in every handler. Every run: a nested trace with every exit, nothing
+/// lost, and every call recorded or counted as dropped, exactly.
+#[test]
+fn riscv64_trace_min_duration_signal_handlers_interrupt_the_take_back() {
+    for (cc, flags) in [
+        (Cc::Gcc, &["-pg"][..]),
+        (Cc::Gcc, &["-pg", "-fno-omit-frame-pointer"][..]),
+        (Cc::Clang, &["-pg"][..]),
+    ] {
+        let name = format!(
+            "riscv64-trace-min-duration-tracesig-{cc:?}{}",
+            flags.join("")
+        );
+        let dir = workdir(&name);
+        let obj = dir.join("tracesig.o");
+        compile(cc, "tracesig.c", flags, &obj);
+        let exe = link(&obj, &dir, "tracesig", Link::Static);
+        for (threshold, walk) in [("1s", false), ("100us", false), ("100us", true)] {
+            let context = format!("{name} {threshold}{}", if walk { " backtrace" } else { "" });
+            let tdir = dir.join("trace");
+            let _ = std::fs::remove_dir_all(&tdir);
+            let t = tdir.display().to_string();
+            let env = [
+                ("INSTRFN_MODE", "trace"),
+                ("INSTRFN_OUTPUT", t.as_str()),
+                ("INSTRFN_BUFSIZE", "4096"),
+                ("INSTRFN_MIN_DURATION", threshold),
+            ];
+            let args: &[&str] = if walk {
+                &["3000", "backtrace"]
+            } else {
+                &["3000"]
+            };
+            let mut cmd = command(ARCH, &exe, args, &env, &dir);
+            cmd.env("QEMU_SINGLESTEP", "1");
+            let out = run_within(&mut cmd, 300);
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(
+                out.status.success(),
+                "{context}: {}\n{stdout}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let words: Vec<&str> = stdout.split_whitespace().collect();
+            let (handled, calls): (u64, u64) = match words[..] {
+                ["handled", h, "calls", c] => (h.parse().unwrap(), c.parse().unwrap()),
+                _ => panic!("{context}: {stdout}"),
+            };
+            assert!(handled > 0, "{context}: no signal was handled");
+            let p = one_process(&tdir, &context);
+            for (tid, events) in &p.threads {
+                assert_nested(events, &format!("{context} thread {tid}"));
+            }
+            assert_min_duration_tracesig(&p, meta_dropped(&tdir), handled, calls, &context);
         }
     }
 }

@@ -3,7 +3,8 @@
 //! registers (fast and slow exits, with and without the vector facility, and a harness that
 //! catches a clobbering trampoline); unwinding through traced frames (an unwinder's walk,
 //! longjmp, siglongjmp, pthread_exit and cancellation, tail calls, backtrace(), also from
-//! signal handlers, and C++ exceptions); INSTRFN_EXITS=off; and the host's `instrfn dump`
+//! signal handlers, and C++ exceptions); INSTRFN_EXITS=off; INSTRFN_MIN_DURATION
+//! (also with signal handlers in the middle of a take-back); and the host's `instrfn dump`
 //! reading the big-endian traces (symbols, clock).
 
 mod common;
@@ -184,7 +185,8 @@ fn exit_ok(stdout: &str, context: &str) -> (usize, usize, usize) {
 fn s390x_trace_exit_trampoline_keeps_registers() {
     // Every register a function may return in, and every callee-saved one (v0-v31 in full),
     // through the exit trampoline's fast part and its slow part (a frame left behind; no room
-    // in the chunk; a full shadow stack), and through the entry trampolines in trace mode.
+    // in the chunk; a full shadow stack), and through the entry trampolines in trace mode;
+    // with INSTRFN_MIN_DURATION=1s the fast exits take their entries back (counted).
     let dir = workdir("s390x-trace-exit-regs");
     let (st, dy) = exit_harness(&dir, "z13");
     let shared = runtime_lib(S390X, Lib::Shared);
@@ -195,6 +197,7 @@ fn s390x_trace_exit_trampoline_keeps_registers() {
             ("default", vec![]),
             ("4 KiB chunks", vec![("INSTRFN_BUFSIZE", "4096")]),
             ("depth 1", vec![("INSTRFN_MAX_DEPTH", "1")]),
+            ("min duration", vec![("INSTRFN_MIN_DURATION", "1s")]),
         ] {
             for kind in EXIT_KINDS {
                 let context = format!("{link} {label} kind {kind}");
@@ -228,8 +231,26 @@ fn s390x_trace_exit_trampoline_keeps_registers() {
                     );
                     continue;
                 }
-                assert_eq!(count("entry", &traced), entries, "{context}: {counts:?}");
-                assert_eq!(count("exit", &traced), exits, "{context}: {counts:?}");
+                if label == "min duration" {
+                    // Every call is short: the exit trampoline takes the entry back
+                    // (.Lexit_short, with the registers as they must be), counted; the calls
+                    // recorded are those whose entry was not the newest event any more (the
+                    // first of a chunk). The skipped frames' exits take the slow path, and the
+                    // entries whose exit the driver does not record (entries - exits: recording
+                    // stopped meanwhile) stay.
+                    let recorded = count("exit", &traced);
+                    let dropped = meta_dropped(&trace) as usize;
+                    assert_eq!(
+                        count("entry", &traced) - recorded,
+                        entries - exits,
+                        "{context}: {counts:?}"
+                    );
+                    assert!(dropped > exits / 2, "{context}: {dropped} dropped");
+                    assert_eq!(dropped + recorded, exits, "{context}: {dropped} dropped");
+                } else {
+                    assert_eq!(count("entry", &traced), entries, "{context}: {counts:?}");
+                    assert_eq!(count("exit", &traced), exits, "{context}: {counts:?}");
+                }
                 if label == "depth 1" {
                     // The skipped frame found the shadow stack full: an entry without exit,
                     // and nothing to close.
@@ -976,5 +997,123 @@ fn s390x_trace_exits_off_records_entries_only() {
             "{name}: {masks} rt_sigprocmask calls for 2004 traced calls: the slow path"
         );
         assert_calltree_entries_only(&instrfn_dump(&trace)[0], T, 100, &name);
+    }
+}
+
+/// INSTRFN_MIN_DURATION (asm/s390x.s `.Lexit_short`): sleeps.c with a threshold of 5 ms,
+/// between its 1000 calls of tiny() (nanoseconds) and its naps (10 and 30 ms): the exit
+/// trampoline takes back the entry of every short call, so the trace holds exactly the naps
+/// and main, and every call left out is counted (`dropped` in the meta file: recorded +
+/// dropped = the calls of a run without the threshold, exactly). gcc -pg and -pg -mfentry
+/// (one exit trampoline for both), preloaded and linked. -finstrument-functions code records
+/// every call, as on every architecture (its exit hook has no shadow entry that ties it to its
+/// own entry).
+#[test]
+fn s390x_trace_min_duration_leaves_short_calls_out() {
+    for flags in [
+        &["-pg"][..],
+        &["-pg", "-mfentry"][..],
+        &["-finstrument-functions"][..],
+    ] {
+        let name = format!("s390x-trace-min-duration{}", flags.join(""));
+        let dir = workdir(&name);
+        let obj = compile(&dir, "c/sleeps.c", flags, "sleeps.o");
+        for preload in [true, false] {
+            let how = if preload { "preloaded" } else { "linked" };
+            let exe = link_with(
+                S390X.cc,
+                &[obj.as_os_str()],
+                preload,
+                &dir.join(format!("sleeps-{how}")),
+            );
+            let context = format!("{name} {how}");
+            let trace = dir.join(format!("trace-all-{how}"));
+            run_traced(&exe, &[], preload, &[], &dir, &trace);
+            let all = instrfn_dump(&trace).remove(0);
+            let trace = dir.join(format!("trace-{how}"));
+            let env = [("INSTRFN_MIN_DURATION", "5ms")];
+            let out = run_traced(&exe, &[], preload, &env, &dir, &trace);
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(stdout.starts_with("nap10 "), "{context}: {stdout}");
+            let mut procs = instrfn_dump(&trace);
+            assert_eq!(procs.len(), 1, "{context}");
+            let (kept, dropped) = (procs.remove(0), meta_dropped(&trace));
+            if flags == ["-finstrument-functions"] {
+                assert_eq!(dropped, 0, "{context}");
+                assert_eq!(
+                    calls_per_function(&kept),
+                    calls_per_function(&all),
+                    "{context}"
+                );
+            } else {
+                assert_min_duration_sleeps(&all, &kept, dropped, 5e6, &context);
+            }
+        }
+    }
+}
+
+/// INSTRFN_MIN_DURATION under signal handlers that trace between any two instructions of the
+/// trampolines (tracesig.c, qemu single-stepping, 4 KiB chunks; see
+/// s390x_trace_signal_handlers_interrupt_trampolines_anywhere): a handler that comes while
+/// the exit trampoline takes an entry back (between its check of the newest event and the
+/// csg that moves the position back) either leaves events, and then the entry stays and gets
+/// its exit, or had all its calls taken back too, and then the entry goes as well. At 1 s
+/// every call is short; at 100 µs handler_fn (100 calls of leaf) is mostly long and work and
+/// leaf are short, so handlers often leave events in the middle of a take-back; the last
+/// round walks the stack in every handler. Every run: a nested trace with every exit, nothing
+/// lost, and every call recorded or counted as dropped, exactly.
+#[test]
+fn s390x_trace_min_duration_signal_handlers_interrupt_the_take_back() {
+    for flags in HIJACKED {
+        let name = format!("s390x-trace-min-duration-tracesig{}", flags.join(""));
+        let dir = workdir(&name);
+        let obj = compile(&dir, "c/tracesig.c", flags, "tracesig.o");
+        let lib = runtime_lib(S390X, Lib::Static);
+        let exe = cc(
+            S390X,
+            &[
+                obj.as_os_str(),
+                lib.as_os_str(),
+                OsStr::new("-lpthread"),
+                OsStr::new("-ldl"),
+            ],
+            &dir.join("tracesig"),
+        );
+        for (threshold, walk) in [("1s", false), ("100us", false), ("100us", true)] {
+            let context = format!("{name} {threshold}{}", if walk { " walk" } else { "" });
+            let trace = dir.join("trace");
+            let _ = std::fs::remove_dir_all(&trace);
+            let t = trace.display().to_string();
+            let env = [
+                ("INSTRFN_MODE", "trace"),
+                ("INSTRFN_OUTPUT", t.as_str()),
+                ("INSTRFN_BUFSIZE", "4096"),
+                ("INSTRFN_MIN_DURATION", threshold),
+            ];
+            let args: &[&str] = if walk { &["3000", "walk"] } else { &["3000"] };
+            let mut cmd = command(S390X, &exe, args, &env, &dir);
+            cmd.env("QEMU_SINGLESTEP", "1");
+            let out = run_within(&mut cmd, 300);
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(
+                out.status.success(),
+                "{context}: {}\n{stdout}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let words: Vec<&str> = stdout.split_whitespace().collect();
+            let (handled, calls): (u64, u64) = match words[..] {
+                ["handled", h, "calls", c] => (h.parse().unwrap(), c.parse().unwrap()),
+                _ => panic!("{context}: {stdout}"),
+            };
+            assert!(handled > 0, "{context}: no signal was handled");
+            let mut procs = instrfn_dump(&trace);
+            assert_eq!(procs.len(), 1, "{context}");
+            let p = procs.remove(0);
+            for (tid, events) in &p.threads {
+                assert_nested(events, &format!("{context} thread {tid}"));
+            }
+            assert_min_duration_tracesig(&p, meta_dropped(&trace), handled, calls, &context);
+        }
     }
 }

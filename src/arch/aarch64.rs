@@ -35,6 +35,7 @@ trampoline_asm!("../../asm/aarch64.s";
     TLS_SHADOW_BASE = const core::mem::offset_of!(crate::thread::Tls, shadow_base),
     TLS_UNWOUND = const core::mem::offset_of!(crate::thread::Tls, unwound),
     TLS_ENTRY_ONLY = const core::mem::offset_of!(crate::thread::Tls, entry_only),
+    TLS_DROPPED = const core::mem::offset_of!(crate::thread::Tls, dropped),
     SH_RET = const SH_RET,
     SH_SLOT = const SH_SLOT,
     SH_FN = const SH_FN,
@@ -178,15 +179,16 @@ pub fn exit_trampoline() -> usize {
     instrfn_aarch64_exit as *const () as usize
 }
 
+/// Whether the exit trampoline takes back the entries of calls shorter than
+/// INSTRFN_MIN_DURATION (asm/aarch64.s `.Lexit_short`; the threshold is set by
+/// [`set_min_ticks`](crate::arch::set_min_ticks)).
+pub const MIN_DURATION_SUPPORTED: bool = true;
+
 /// Whether trace mode may replace the return address `ret` with the exit trampoline (else the
 /// call is recorded as an entry without exit): only for a call site classified as not
 /// signing its return address (the trace slow path sets this thread's class word for the
 /// call it records), and only if `ret` carries no pointer authentication code and is not
 /// the trampoline already.
-/// Whether the exit trampoline takes back the entries of calls shorter than
-/// INSTRFN_MIN_DURATION (not on this architecture yet).
-pub const MIN_DURATION_SUPPORTED: bool = false;
-
 pub fn replaceable(ret: usize) -> bool {
     // SAFETY: this thread's own class word (instrfn_aarch64_class_get reads tpidr_el0 only).
     let class = unsafe { *instrfn_aarch64_class_get() };

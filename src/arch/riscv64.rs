@@ -57,6 +57,7 @@ trampoline_asm!(
     TLS_SHADOW_END = const offset_of!(Tls, shadow_end),
     TLS_SHADOW_BASE = const offset_of!(Tls, shadow_base),
     TLS_UNWOUND = const offset_of!(Tls, unwound),
+    TLS_DROPPED = const offset_of!(Tls, dropped),
     SH_RET = const crate::trace::layout::SH_RET,
     SH_SLOT = const crate::trace::layout::SH_SLOT,
     SH_FN = const crate::trace::layout::SH_FN,
@@ -747,14 +748,15 @@ pub fn exit_trampoline() -> usize {
     instrfn_riscv64_exit as *const () as usize
 }
 
+/// Whether the exit trampoline takes back the entries of calls shorter than
+/// INSTRFN_MIN_DURATION (asm/riscv64.s `.Lexit_short`; the threshold is set by
+/// [`set_min_ticks`](crate::arch::set_min_ticks)).
+pub const MIN_DURATION_SUPPORTED: bool = true;
+
 /// Whether trace mode may replace the return address `ret` with the exit trampoline (else the
 /// call is recorded as an entry without exit). Not an odd word, which is no return address
 /// (code is 2-byte aligned): [`instrfn_riscv64_trace_path`] passes a slot holding 1 for a call
 /// whose return slot it cannot prove. Not the exit trampoline either.
-/// Whether the exit trampoline takes back the entries of calls shorter than
-/// INSTRFN_MIN_DURATION (not on this architecture yet).
-pub const MIN_DURATION_SUPPORTED: bool = false;
-
 pub fn replaceable(ret: usize) -> bool {
     ret.is_multiple_of(2) && ret != exit_trampoline()
 }

@@ -12,6 +12,7 @@ trampoline_asm!("../../asm/s390x.s";
     TLS_SHADOW_END = const core::mem::offset_of!(crate::thread::Tls, shadow_end),
     TLS_SHADOW_BASE = const core::mem::offset_of!(crate::thread::Tls, shadow_base),
     TLS_UNWOUND = const core::mem::offset_of!(crate::thread::Tls, unwound),
+    TLS_DROPPED = const core::mem::offset_of!(crate::thread::Tls, dropped),
     SH_RET = const crate::trace::layout::SH_RET,
     SH_SLOT = const crate::trace::layout::SH_SLOT,
     SH_FN = const crate::trace::layout::SH_FN,
@@ -147,8 +148,9 @@ pub fn exit_trampoline() -> usize {
 pub fn forget_sites(_lo: usize, _hi: usize) {}
 
 /// Whether the exit trampoline takes back the entries of calls shorter than
-/// INSTRFN_MIN_DURATION (not on this architecture yet).
-pub const MIN_DURATION_SUPPORTED: bool = false;
+/// INSTRFN_MIN_DURATION (asm/s390x.s `.Lexit_short`; the threshold is set by
+/// [`set_min_ticks`](crate::arch::set_min_ticks)).
+pub const MIN_DURATION_SUPPORTED: bool = true;
 
 /// Whether trace mode may replace the return address `ret` with the exit trampoline (else the
 /// call is recorded as an entry without exit). Any address can be replaced (the slot is a

@@ -147,16 +147,17 @@ macro_rules! guarded_jump {
 /// glibc's and musl's ucontext_t share this prefix.
 pub const UC_PC_OFFSET: usize = 168;
 
-/// Whether trace mode may replace the return address `ret` with the exit trampoline (else the
-/// call is recorded as an entry without exit).
 /// After dlclose unloaded the code in [lo, hi): decisions cached per call site there are
 /// dropped (this architecture caches none).
 pub fn forget_sites(_lo: usize, _hi: usize) {}
 
 /// Whether the exit trampoline takes back the entries of calls shorter than
-/// INSTRFN_MIN_DURATION.
+/// INSTRFN_MIN_DURATION (asm/x86_64.s `.Lexit_short`; the threshold is set by
+/// [`set_min_ticks`](crate::arch::set_min_ticks)).
 pub const MIN_DURATION_SUPPORTED: bool = true;
 
+/// Whether trace mode may replace the return address `ret` with the exit trampoline (else the
+/// call is recorded as an entry without exit).
 pub fn replaceable(_ret: usize) -> bool {
     true
 }

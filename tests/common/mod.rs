@@ -998,3 +998,135 @@ pub fn assert_durations(p: &DumpProcess, wall_ns: f64, context: &str) {
         );
     }
 }
+
+/// The calls the record-time filters left out of the trace in `dir`: the `dropped` lines of
+/// every meta file, summed (docs/trace-format.md).
+pub fn meta_dropped(dir: &Path) -> u64 {
+    let mut dropped = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "meta") {
+            for line in std::fs::read_to_string(&path).unwrap().lines() {
+                if let Some(rest) = line.strip_prefix("dropped ") {
+                    let n = rest.split_whitespace().nth(1).unwrap();
+                    dropped += n.parse::<u64>().unwrap();
+                }
+            }
+        }
+    }
+    dropped
+}
+
+/// The calls of `p` per function: its entries, with or without exit, over all threads.
+pub fn calls_per_function(p: &DumpProcess) -> BTreeMap<String, u64> {
+    let mut calls = BTreeMap::new();
+    for e in p.threads.values().flatten() {
+        if e.kind == "entry" || e.kind == "entry-no-exit" {
+            *calls.entry(e.name.clone()).or_insert(0) += 1;
+        }
+    }
+    calls
+}
+
+/// Checks a trace of sleeps.c recorded with INSTRFN_MIN_DURATION = `threshold_ns` (`kept`, with
+/// `dropped` calls counted in its meta file) against one of the same binary recorded without
+/// it (`all`): the trace nests and loses nothing; every call of main, nap10 and nap30 (and
+/// sleep_ms, where gcc kept it out of line), each of which lasts 10 ms or more, is in it; a
+/// call with no recorded callee is in it only if it lasted at least the threshold (tiny() takes
+/// nanoseconds: only a host that stalls the program for that long inside one keeps it, and its
+/// timestamps then say so; 0.8 allows for the rate the runtime measured the threshold with);
+/// and every call is either recorded or counted as dropped, exactly.
+pub fn assert_min_duration_sleeps(
+    all: &DumpProcess,
+    kept: &DumpProcess,
+    dropped: u64,
+    threshold_ns: f64,
+    context: &str,
+) {
+    assert_eq!(all.lost + kept.lost, 0, "{context}: events lost");
+    assert_balanced(all, context);
+    assert_balanced(kept, context);
+    let made = calls_per_function(all);
+    let recorded = calls_per_function(kept);
+    assert_eq!(made.get("tiny"), Some(&1000), "{context}: {made:?}");
+    for f in ["main", "nap10", "nap30", "sleep_ms"] {
+        assert_eq!(recorded.get(f), made.get(f), "{context}: {f}: {recorded:?}");
+    }
+    for (f, n) in &recorded {
+        assert!(
+            made.get(f).is_some_and(|m| n <= m),
+            "{context}: {f}: {n}, made {made:?}"
+        );
+    }
+    for (tid, events) in &kept.threads {
+        // (function, entry ns, whether a callee was recorded) of each open call
+        let mut open: Vec<(&str, f64, bool)> = Vec::new();
+        for e in events {
+            if e.kind == "entry" {
+                if let Some(parent) = open.last_mut() {
+                    parent.2 = true;
+                }
+                open.push((&e.name, e.ns, false));
+            } else if e.kind == "exit" {
+                let (f, start, callees) = open.pop().unwrap();
+                assert!(
+                    callees || e.ns - start >= 0.8 * threshold_ns,
+                    "{context}: thread {tid}: a call of {f} of {} ns without recorded callees \
+                     is in the trace",
+                    e.ns - start
+                );
+            }
+        }
+    }
+    let (n_made, n_recorded): (u64, u64) = (made.values().sum(), recorded.values().sum());
+    assert!(dropped > 0, "{context}: nothing dropped");
+    assert_eq!(
+        dropped + n_recorded,
+        n_made,
+        "{context}: {dropped} dropped + {n_recorded} recorded, {n_made} made: {recorded:?}"
+    );
+}
+
+/// Checks a trace of tracesig.c (`handled` signals, `calls` calls of work) recorded with
+/// INSTRFN_MIN_DURATION, `dropped` calls counted in its meta file: every thread's events nest
+/// with every exit, nothing is lost, and every call (work, leaf, on_signal, handler_fn, main,
+/// sender) is either recorded, entry and exit, or counted as dropped, exactly, whatever the
+/// signal handlers interrupted.
+pub fn assert_min_duration_tracesig(
+    p: &DumpProcess,
+    dropped: u64,
+    handled: u64,
+    calls: u64,
+    context: &str,
+) {
+    assert_eq!(p.lost, 0, "{context}: events lost");
+    let counts = assert_balanced(p, context);
+    let made = [
+        ("work", calls),
+        ("leaf", 2 * calls + 100 * handled),
+        ("on_signal", handled),
+        ("handler_fn", handled),
+        ("main", 1),
+        ("sender", 1),
+    ];
+    let mut n_recorded = 0;
+    for (f, n) in made {
+        let (entries, exits) = (count_of(&counts, "entry", f), count_of(&counts, "exit", f));
+        assert_eq!(entries, exits, "{context}: {f}");
+        assert!(entries <= n, "{context}: {f}: {entries} recorded, {n} made");
+        n_recorded += entries;
+    }
+    let n_events: u64 = counts.values().sum();
+    assert_eq!(
+        n_events,
+        2 * n_recorded,
+        "{context}: other events: {counts:?}"
+    );
+    let n_made: u64 = made.iter().map(|(_, n)| n).sum();
+    assert!(dropped > 0, "{context}: nothing dropped");
+    assert_eq!(
+        dropped + n_recorded,
+        n_made,
+        "{context}: {dropped} dropped + {n_recorded} recorded, {n_made} made: {counts:?}"
+    );
+}
