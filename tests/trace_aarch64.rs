@@ -722,26 +722,6 @@ fn aarch64_trace_survives_rust_panics_and_backtraces() {
     }
 }
 
-/// The events of one dumped thread as a properly nested call tree: every exit closes the
-/// newest open entry of the same function, nothing is left open; any other kind (unwound,
-/// entry without exit) is an error.
-fn assert_nested(events: &[DumpEvent], context: &str) {
-    let mut open: Vec<&str> = Vec::new();
-    for (i, e) in events.iter().enumerate() {
-        match e.kind.as_str() {
-            "entry" => open.push(&e.name),
-            "exit" => assert_eq!(
-                open.pop(),
-                Some(e.name.as_str()),
-                "{context}: event {i} exits {} (open: {open:?})",
-                e.name
-            ),
-            other => panic!("{context}: event {i} is `{other} {}`", e.name),
-        }
-    }
-    assert!(open.is_empty(), "{context}: never closed: {open:?}");
-}
-
 /// Signal handlers that trace between any two instructions of the trampolines (tracesig.c, as
 /// on x86_64, riscv64 and s390x; qemu in single-step mode delivers a signal after any
 /// instruction, and the sender signals again as soon as a handler ran, so handlers often run
@@ -893,41 +873,6 @@ fn aarch64_trace_min_duration_signal_handlers_interrupt_the_take_back() {
         let dir = workdir(&name);
         let obj = compile(compiler, &dir, "tracesig.c", flags, "tracesig.o");
         let exe = link(&dir, &obj, "tracesig", Link::Static);
-        for (threshold, walk) in [("1s", false), ("100us", false), ("100us", true)] {
-            let context = format!("{name} {threshold}{}", if walk { " walk" } else { "" });
-            let tdir = dir.join("trace");
-            let _ = std::fs::remove_dir_all(&tdir);
-            let t = tdir.display().to_string();
-            let env = [
-                ("INSTRFN_MODE", "trace"),
-                ("INSTRFN_OUTPUT", t.as_str()),
-                ("INSTRFN_BUFSIZE", "4096"),
-                ("INSTRFN_MIN_DURATION", threshold),
-            ];
-            let args: &[&str] = if walk { &["3000", "walk"] } else { &["3000"] };
-            let mut cmd = command(AARCH64, &exe, args, &env, &dir);
-            cmd.env("QEMU_SINGLESTEP", "1");
-            let out = run_within(&mut cmd, 300);
-            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-            assert!(
-                out.status.success(),
-                "{context}: {}\n{stdout}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let words: Vec<&str> = stdout.split_whitespace().collect();
-            let (handled, calls): (u64, u64) = match words[..] {
-                ["handled", h, "calls", c] => (h.parse().unwrap(), c.parse().unwrap()),
-                _ => panic!("{context}: {stdout}"),
-            };
-            assert!(handled > 0, "{context}: no signal was handled");
-            let mut procs = instrfn_dump(&tdir);
-            assert_eq!(procs.len(), 1, "{context}");
-            let p = procs.remove(0);
-            for (tid, events) in &p.threads {
-                assert_nested(events, &format!("{context} thread {tid}"));
-            }
-            assert_min_duration_tracesig(&p, meta_dropped(&tdir), handled, calls, &context);
-        }
+        min_duration_tracesig_rounds(AARCH64, &exe, &dir, &name, "walk");
     }
 }

@@ -413,25 +413,6 @@ fn riscv64_exit_harness_catches_a_clobbering_trampoline() {
     }
 }
 
-/// Checks that a thread's events nest: every exit closes the newest open entry of the same
-/// function, and nothing is left open.
-fn assert_nested(events: &[DumpEvent], context: &str) {
-    let mut open: Vec<&str> = Vec::new();
-    for (i, e) in events.iter().enumerate() {
-        match e.kind.as_str() {
-            "entry" => open.push(&e.name),
-            "exit" => assert_eq!(
-                open.pop(),
-                Some(e.name.as_str()),
-                "{context}: event {i} exits {} (open: {open:?})",
-                e.name
-            ),
-            other => panic!("{context}: event {i} is `{other} {}`", e.name),
-        }
-    }
-    assert!(open.is_empty(), "{context}: never closed: {open:?}");
-}
-
 /// Signal handlers that trace, interrupting the traced loop anywhere (trace_signals.c): every
 /// call of the thread, the handler's included, has its exit and they nest; counts exact.
 #[test]
@@ -942,43 +923,6 @@ fn riscv64_trace_min_duration_signal_handlers_interrupt_the_take_back() {
         let obj = dir.join("tracesig.o");
         compile(cc, "tracesig.c", flags, &obj);
         let exe = link(&obj, &dir, "tracesig", Link::Static);
-        for (threshold, walk) in [("1s", false), ("100us", false), ("100us", true)] {
-            let context = format!("{name} {threshold}{}", if walk { " backtrace" } else { "" });
-            let tdir = dir.join("trace");
-            let _ = std::fs::remove_dir_all(&tdir);
-            let t = tdir.display().to_string();
-            let env = [
-                ("INSTRFN_MODE", "trace"),
-                ("INSTRFN_OUTPUT", t.as_str()),
-                ("INSTRFN_BUFSIZE", "4096"),
-                ("INSTRFN_MIN_DURATION", threshold),
-            ];
-            let args: &[&str] = if walk {
-                &["3000", "backtrace"]
-            } else {
-                &["3000"]
-            };
-            let mut cmd = command(ARCH, &exe, args, &env, &dir);
-            cmd.env("QEMU_SINGLESTEP", "1");
-            let out = run_within(&mut cmd, 300);
-            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-            assert!(
-                out.status.success(),
-                "{context}: {}\n{stdout}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let words: Vec<&str> = stdout.split_whitespace().collect();
-            let (handled, calls): (u64, u64) = match words[..] {
-                ["handled", h, "calls", c] => (h.parse().unwrap(), c.parse().unwrap()),
-                _ => panic!("{context}: {stdout}"),
-            };
-            assert!(handled > 0, "{context}: no signal was handled");
-            let p = one_process(&tdir, &context);
-            for (tid, events) in &p.threads {
-                assert_nested(events, &format!("{context} thread {tid}"));
-            }
-            assert_min_duration_tracesig(&p, meta_dropped(&tdir), handled, calls, &context);
-        }
+        min_duration_tracesig_rounds(ARCH, &exe, &dir, &name, "backtrace");
     }
 }

@@ -574,25 +574,6 @@ fn s390x_trace_tail_calls_end_their_callers() {
     }
 }
 
-/// The events of one dumped thread as a properly nested call tree: every exit closes the
-/// newest open entry of the same function, nothing is left open; other kinds are errors.
-fn assert_nested(events: &[DumpEvent], context: &str) {
-    let mut open: Vec<&str> = Vec::new();
-    for e in events {
-        match e.kind.as_str() {
-            "entry" => open.push(&e.name),
-            "exit" => assert_eq!(
-                open.pop(),
-                Some(e.name.as_str()),
-                "{context}: exit {} does not close the newest entry",
-                e.name
-            ),
-            other => panic!("{context}: {other} {}", e.name),
-        }
-    }
-    assert!(open.is_empty(), "{context}: never exited: {open:?}");
-}
-
 /// Runs tracesig.c (built with `flags`, the runtime linked in) for `rounds` rounds with the
 /// extra arguments `args` and environment `env`: the main thread's trace stays nested and
 /// complete, and every call is in it.
@@ -1079,41 +1060,6 @@ fn s390x_trace_min_duration_signal_handlers_interrupt_the_take_back() {
             ],
             &dir.join("tracesig"),
         );
-        for (threshold, walk) in [("1s", false), ("100us", false), ("100us", true)] {
-            let context = format!("{name} {threshold}{}", if walk { " walk" } else { "" });
-            let trace = dir.join("trace");
-            let _ = std::fs::remove_dir_all(&trace);
-            let t = trace.display().to_string();
-            let env = [
-                ("INSTRFN_MODE", "trace"),
-                ("INSTRFN_OUTPUT", t.as_str()),
-                ("INSTRFN_BUFSIZE", "4096"),
-                ("INSTRFN_MIN_DURATION", threshold),
-            ];
-            let args: &[&str] = if walk { &["3000", "walk"] } else { &["3000"] };
-            let mut cmd = command(S390X, &exe, args, &env, &dir);
-            cmd.env("QEMU_SINGLESTEP", "1");
-            let out = run_within(&mut cmd, 300);
-            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-            assert!(
-                out.status.success(),
-                "{context}: {}\n{stdout}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let words: Vec<&str> = stdout.split_whitespace().collect();
-            let (handled, calls): (u64, u64) = match words[..] {
-                ["handled", h, "calls", c] => (h.parse().unwrap(), c.parse().unwrap()),
-                _ => panic!("{context}: {stdout}"),
-            };
-            assert!(handled > 0, "{context}: no signal was handled");
-            let mut procs = instrfn_dump(&trace);
-            assert_eq!(procs.len(), 1, "{context}");
-            let p = procs.remove(0);
-            for (tid, events) in &p.threads {
-                assert_nested(events, &format!("{context} thread {tid}"));
-            }
-            assert_min_duration_tracesig(&p, meta_dropped(&trace), handled, calls, &context);
-        }
+        min_duration_tracesig_rounds(S390X, &exe, &dir, &name, "walk");
     }
 }
