@@ -31,6 +31,7 @@ mod arcs;
 mod collector;
 mod config;
 mod crash;
+mod glob;
 mod gmon;
 #[cfg(all(
     target_env = "gnu",

@@ -1011,31 +1011,7 @@ fn any_matches(patterns: &[u8], name: &[u8]) -> bool {
         .any(|p| matches(p, name))
 }
 
-/// `*` any run of bytes, `?` any one; a pattern without wildcards matches as a substring
-/// (the same syntax as `instrfn report --filter`).
-pub fn matches(p: &[u8], s: &[u8]) -> bool {
-    if !p.iter().any(|&b| b == b'*' || b == b'?') {
-        return s.windows(p.len()).any(|w| w == p);
-    }
-    let (mut pi, mut si) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while si < s.len() {
-        if pi < p.len() && (p[pi] == b'?' || p[pi] == s[si]) {
-            pi += 1;
-            si += 1;
-        } else if pi < p.len() && p[pi] == b'*' {
-            star = Some((pi, si));
-            pi += 1;
-        } else if let Some((sp, ss)) = star {
-            pi = sp + 1;
-            si = ss + 1;
-            star = Some((sp, ss + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&c| c == b'*')
-}
+use crate::glob::matches;
 
 /// An object's function symbols, sorted by address (mapped memory).
 struct Symbols {

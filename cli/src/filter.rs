@@ -84,34 +84,13 @@ impl Pattern {
     }
 
     pub fn matches(&self, name: &str) -> bool {
-        if !self.0.contains(['*', '?']) {
-            return name.contains(&self.0);
-        }
-        glob(self.0.as_bytes(), name.as_bytes())
+        glob::matches(self.0.as_bytes(), name.as_bytes())
     }
 }
 
-fn glob(p: &[u8], s: &[u8]) -> bool {
-    // Iterative wildcard matching with backtracking to the last `*`.
-    let (mut pi, mut si) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while si < s.len() {
-        if pi < p.len() && (p[pi] == b'?' || p[pi] == s[si]) {
-            pi += 1;
-            si += 1;
-        } else if pi < p.len() && p[pi] == b'*' {
-            star = Some((pi, si));
-            pi += 1;
-        } else if let Some((sp, ss)) = star {
-            pi = sp + 1;
-            si = ss + 1;
-            star = Some((sp, ss + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&c| c == b'*')
-}
+/// The pattern syntax the runtime's INSTRFN_FILTER uses too: one file for both.
+#[path = "../../src/glob.rs"]
+mod glob;
 
 /// The filters, compiled, for one process.
 pub struct Filter {
