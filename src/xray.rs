@@ -455,8 +455,13 @@ pub fn on_load(config: &crate::config::Config) {
         f.2[..exc.len()].copy_from_slice(exc);
         f.3 = exc.len();
     }
-    if crate::sys::getenv(c"INSTRFN_XRAY_WRITE").is_some_and(|v| v.trim_ascii() == b"mprotect") {
-        ROUTE.store(1, Ordering::Relaxed);
+    match crate::sys::getenv(c"INSTRFN_XRAY_WRITE").map(|v| v.trim_ascii()) {
+        None | Some(b"" | b"auto") => {}
+        Some(b"mprotect") => ROUTE.store(1, Ordering::Relaxed),
+        Some(v) => message!(
+            "ignoring INSTRFN_XRAY_WRITE=\"{}\": expected mprotect or auto; using auto",
+            crate::sys::Bytes(v)
+        ),
     }
     EXITS.store(config.exits, Ordering::Relaxed);
     PAUSE.store(config.xray_pause, Ordering::Relaxed);

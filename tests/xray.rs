@@ -111,11 +111,20 @@ fn rust_counts_exact_at_four_threads() {
         (Route::Preload, vec![]),
         (Route::Record, vec![("INSTRFN_XRAY_WRITE", "mprotect")]),
         (Route::Record, vec![("INSTRFN_BUFSIZE", "4096")]),
+        // A malformed value: one line, the default route.
+        (Route::Preload, vec![("INSTRFN_XRAY_WRITE", "pokes")]),
     ] {
         let context = format!("{route:?} {env:?}");
         let trace = dir.join("trace");
         let out = traced(route, &exe, &["4", "1000"], &env, &trace);
         assert_eq!(stdout_of(&out), expected, "{context}: output changed");
+        if env.contains(&("INSTRFN_XRAY_WRITE", "pokes")) {
+            assert_eq!(
+                stderr_of(&out).trim(),
+                "instrfn: ignoring INSTRFN_XRAY_WRITE=\"pokes\": expected mprotect or auto; using auto",
+                "{context}"
+            );
+        }
         let (rows, doc) = report(&trace);
         assert_eq!(row(&rows, "xray_app::worker"), T, "{context}");
         assert_eq!(row(&rows, "xray_app::work_a"), T * N, "{context}");
