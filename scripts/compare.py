@@ -502,7 +502,7 @@ def instrfn_counted(trace, t):
         die(f"unexpected summary: {line}")
     events = int(m.group(1))
     size = sum(os.path.getsize(os.path.join(trace, f)) for f in os.listdir(trace)
-               if f.endswith(".events"))
+               if f.endswith(".events") or f.endswith(".stage"))
     return events // 2 - 1 - t, size / events
 
 

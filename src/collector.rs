@@ -1,40 +1,42 @@
-//! The collector: a thread of the runtime that prepares trace chunks ahead of the threads that
-//! fill them, so that a thread's chunk switch is a pointer swap.
+//! The collector: a thread of the runtime that keeps trace chunks ready for the threads that
+//! fill them, and commits the full ones, so that a thread's chunk switch is a pointer swap.
 //!
 //! Why: a fresh chunk is fresh page cache. Allocating, zeroing and mapping it costs more than
-//! the events written into it — measured here, 12 ns (tmpfs) to 35 ns (ext4) per 32 bytes,
-//! i.e. per traced call, against about 1.3 ns for writing the same bytes into pages that are
-//! already mapped writable. The collector does that part on its own thread: `fallocate` the
-//! next chunk of the events file, `mmap` it, and fault every page in writable
-//! (`MADV_POPULATE_WRITE`, or a write to each page on kernels before 5.14), then leaves it in a
-//! small pool. A thread whose chunk is full takes one from the pool (one atomic swap), wakes
-//! the collector (futex) and goes on; the chunk before goes back to the collector to be
-//! unmapped. The data path is unchanged: events go straight into shared file mappings, so
-//! what was recorded survives SIGKILL. If the pool is empty (the collector is behind, or not
-//! running), the thread prepares its chunk itself: slower, never blocked, nothing lost.
+//! the events written into it — measured here (scripts/bench/pagecache.c), 27 ns (ext4) per
+//! 32 bytes, i.e. per traced call, against about 1.1 ns for writing the same bytes into pages
+//! that are already mapped and 5.4 ns more for `pwrite`-ing them out. So threads write into
+//! chunks of a *staging file* that are mapped once and reused: when a thread's chunk is full
+//! it takes a ready one from a small pool (one atomic swap), wakes the collector (futex) and
+//! goes on; the collector copies the full chunk to the events file with `pwrite`
+//! ([`crate::trace::commit`]), clears it and puts it back in the pool. The data path stays
+//! crash-safe: events go straight into shared file mappings, whose pages belong to the page
+//! cache the moment they are stored to, and readers read both files. If the pool is empty (the
+//! collector is behind, or not running), the thread maps a new staging chunk itself; with no
+//! collector it also commits its own chunks: slower, never blocked, nothing lost.
 //!
 //! The thread is made with a raw `clone` (the flags of a pthread, all signals blocked), not
 //! `pthread_create`: trace mode starts at the program's first instrumented call, which may be
 //! in a signal handler, where pthread_create (it allocates) could deadlock. So libc does not know the thread: it runs
-//! only code of this module and [`crate::trace::new_chunk`], with raw system calls (never
-//! errno, never thread-local storage — its thread pointer is its creator's). It never exits:
-//! the process's exit (or exec) ends it; a fork child starts its own. INSTRFN_COLLECTOR=off
-//! keeps the process at the threads the program made (each thread then maps its own chunks).
+//! only code of this module and [`crate::trace::new_chunk`] / [`crate::trace::commit`], with
+//! raw system calls (never errno, never thread-local storage — its thread pointer is its
+//! creator's). It never exits: the process's exit (or exec) ends it; a fork child starts its
+//! own. INSTRFN_COLLECTOR=off keeps the process at the threads the program made.
 
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-/// Prepared chunks kept ready, at most (so at most this many chunks of the file are allocated
-/// and unused).
+/// Prepared chunks kept ready, at most.
 const POOL: usize = 4;
-/// Chunks handed back for unmapping, waiting for the collector.
+/// Chunks handed back for committing, waiting for the collector.
 const RETIRED: usize = 8;
+/// Committed (cleared) chunks kept for reuse beyond the pool, at most: more are unmapped (their
+/// place in the staging file stays unused).
+const SPARE: usize = 16;
 /// The collector's stack (plus a guard page below it).
 const STACK_BYTES: usize = 64 << 10;
 const PAGE: usize = 4096;
 
 static READY: [AtomicUsize; POOL] = [const { AtomicUsize::new(0) }; POOL];
-/// File offset of each ready chunk (written before the chunk is published).
-static READY_OFFSET: [AtomicU64; POOL] = [const { AtomicU64::new(0) }; POOL];
+static FREE: [AtomicUsize; SPARE] = [const { AtomicUsize::new(0) }; SPARE];
 static RETIRE: [AtomicUsize; RETIRED] = [const { AtomicUsize::new(0) }; RETIRED];
 /// A RETIRE slot taken by a thread that is writing its end and base.
 const CLAIMED: usize = 1;
@@ -48,11 +50,8 @@ static WANTED: AtomicBool = AtomicBool::new(true);
 static TID: AtomicI32 = AtomicI32::new(0);
 /// Base of the stack mapping (kept for a fork child's collector).
 static STACK: AtomicUsize = AtomicUsize::new(0);
-/// Set at the end of the trace: the collector prepares nothing more.
+/// Set at the end of the trace: the collector prepares nothing more (it still commits).
 static STOP: AtomicBool = AtomicBool::new(false);
-/// 1 while the collector prepares a chunk that is not in the pool yet (the end of the trace
-/// waits for it: a chunk prepared as the process exits would keep its blocks).
-static BUSY: AtomicU32 = AtomicU32::new(0);
 /// Chunks the threads took from the pool, and chunks they had to prepare themselves.
 static PREPARED: AtomicU64 = AtomicU64::new(0);
 /// Chunks the threads took, from the pool or made themselves.
@@ -423,7 +422,7 @@ fn fake_tls() -> Option<usize> {
     Some(tp)
 }
 
-/// The collector thread: fills the pool, unmaps retired chunks, sleeps until woken (or a
+/// The collector thread: commits retired chunks, fills the pool, sleeps until woken (or a
 /// second has passed).
 extern "C" fn collector_main(_: usize) -> ! {
     // SAFETY: PR_SET_NAME with a NUL-terminated name of at most 16 bytes.
@@ -446,34 +445,28 @@ extern "C" fn collector_main(_: usize) -> ! {
     };
     loop {
         let seen = WAKE.load(Ordering::Acquire);
-        unmap_retired();
+        commit_retired();
         if !STOP.load(Ordering::SeqCst) && crate::trace::active() {
             // As many ready as the threads' appetite asks for: none before the first chunk is
             // taken (a process that writes a few events keeps one chunk), then up to POOL.
             let taken = TAKEN.load(Ordering::Relaxed) as usize;
             let target = taken.div_ceil(2).min(POOL);
-            for (i, r) in READY.iter().enumerate().take(target) {
+            for r in READY.iter().take(target) {
                 if r.load(Ordering::Relaxed) != 0 {
                     continue;
                 }
-                // BUSY before STOP is read, STOP before BUSY is (`finish`): either this sees
-                // the end, or the end waits for this chunk to be in the pool or given back.
-                BUSY.store(1, Ordering::SeqCst);
-                if STOP.load(Ordering::SeqCst) {
-                    idle();
-                    break;
-                }
-                let Some((base, offset)) = crate::trace::new_chunk() else {
-                    idle();
-                    break;
+                let base = match pop(&FREE) {
+                    0 => match crate::trace::new_chunk() {
+                        Some(b) => b,
+                        None => break,
+                    },
+                    b => b,
                 };
-                READY_OFFSET[i].store(offset, Ordering::Relaxed);
-                r.store(base, Ordering::SeqCst);
-                if STOP.load(Ordering::SeqCst) {
-                    // The trace ended meanwhile: whoever swaps the chunk out gives it back.
-                    discard(i);
+                if r.compare_exchange(0, base, Ordering::Release, Ordering::Relaxed)
+                    .is_err()
+                {
+                    recycle(base);
                 }
-                idle();
             }
         }
         futex(
@@ -485,46 +478,67 @@ extern "C" fn collector_main(_: usize) -> ! {
     }
 }
 
-/// The collector holds no chunk outside the pool any more: wakes an end of the trace waiting.
-fn idle() {
-    BUSY.store(0, Ordering::SeqCst);
-    futex(&BUSY, libc::FUTEX_WAKE, 1, 0);
-}
-
-/// Gives back ready chunk `i` if it is still there: its blocks freed, its mapping gone.
-fn discard(i: usize) {
-    let base = READY[i].swap(0, Ordering::SeqCst);
-    if base != 0 {
-        let chunk = crate::trace::chunk_bytes();
-        crate::trace::punch(READY_OFFSET[i].load(Ordering::Relaxed), chunk);
-        unmap(base, chunk);
-    }
-}
-
-/// A prepared chunk for the calling thread, if the pool has one (0 if not). The collector is
-/// woken to prepare the next.
-pub fn take() -> usize {
-    for r in &READY {
+/// Takes a chunk out of `list` (0 if it has none).
+fn pop(list: &[AtomicUsize]) -> usize {
+    for r in list {
         if r.load(Ordering::Relaxed) != 0 {
             let base = r.swap(0, Ordering::Acquire);
             if base != 0 {
-                TAKEN.fetch_add(1, Ordering::Relaxed);
-                PREPARED.fetch_add(1, Ordering::Relaxed);
-                wake();
                 return base;
             }
         }
     }
-    if TID.load(Ordering::Relaxed) != 0 {
-        wake();
-    }
     0
 }
 
-/// Counts a chunk a thread had to prepare itself (the pool was empty), and wakes the
-/// collector again: the wake-up of [`take`] came before this chunk was counted, so the
-/// collector may have seen no appetite yet (a thread's first chunk) and gone back to sleep,
-/// leaving the thread to prepare its next chunk itself too, in the middle of the run.
+/// Keeps a committed (cleared) chunk for reuse, or unmaps it if there are spares enough.
+fn recycle(base: usize) {
+    for r in &FREE {
+        if r.load(Ordering::Relaxed) == 0
+            && r.compare_exchange(0, base, Ordering::Release, Ordering::Relaxed)
+                .is_ok()
+        {
+            return;
+        }
+    }
+    unmap(base, crate::trace::chunk_bytes());
+}
+
+/// Commits a chunk whose events are all written and reuses it; one the events file could not
+/// take stays in the staging file as it is (its mapping goes).
+fn commit_and_recycle(base: usize) {
+    if crate::trace::commit(base) {
+        recycle(base);
+    } else {
+        unmap(base, crate::trace::chunk_bytes());
+    }
+}
+
+/// A chunk for the calling thread, if the pool (or, when it is empty, the spares) has one (0
+/// if not). The collector is woken to prepare the next.
+pub fn take() -> usize {
+    let mut base = pop(&READY);
+    if base != 0 {
+        PREPARED.fetch_add(1, Ordering::Relaxed);
+    } else {
+        base = pop(&FREE);
+        if base != 0 {
+            BY_THREADS.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    if base != 0 {
+        TAKEN.fetch_add(1, Ordering::Relaxed);
+    }
+    if TID.load(Ordering::Relaxed) != 0 {
+        wake();
+    }
+    base
+}
+
+/// Counts a chunk a thread had to map itself (the pool was empty), and wakes the collector
+/// again: the wake-up of [`take`] came before this chunk was counted, so the collector may have
+/// seen no appetite yet (a thread's first chunk) and gone back to sleep, leaving the thread to
+/// prepare its next chunk itself too, in the middle of the run.
 pub fn prepared_by_thread() {
     BY_THREADS.fetch_add(1, Ordering::Relaxed);
     TAKEN.fetch_add(1, Ordering::Relaxed);
@@ -533,12 +547,12 @@ pub fn prepared_by_thread() {
     }
 }
 
-/// Hands a chunk the thread left (its events end at `end`) to the collector, which unmaps it
+/// Hands a chunk the thread left (its events end at `end`) to the collector, which commits it
 /// once every event reserved in it is written: code that a signal handler interrupted between
 /// reserving an event and writing it writes it after the handler returns, even if the handler
 /// made its thread take the next chunks meanwhile. Without the collector (or with a backlog)
-/// the thread checks now; a chunk that still has an event on its way stays mapped for good (a
-/// mapping leaked, never a fault).
+/// the thread commits it now if it can; a chunk that still has an event on its way stays in
+/// the staging file, mapped, for good (readers find it there; a mapping leaked, never a fault).
 pub fn retire(base: usize, end: usize) {
     if TID.load(Ordering::Relaxed) != 0 {
         for (r, e) in RETIRE.iter().zip(&RETIRE_END) {
@@ -555,13 +569,12 @@ pub fn retire(base: usize, end: usize) {
         }
     }
     if crate::trace::all_written(base, end) {
-        unmap(base, crate::trace::chunk_bytes());
+        commit_and_recycle(base);
     }
 }
 
-/// Unmaps the retired chunks whose events are all written.
-fn unmap_retired() {
-    let chunk = crate::trace::chunk_bytes();
+/// Commits the retired chunks whose events are all written.
+fn commit_retired() {
     for (r, e) in RETIRE.iter().zip(&RETIRE_END) {
         let base = r.load(Ordering::Acquire);
         if base > CLAIMED
@@ -569,7 +582,7 @@ fn unmap_retired() {
             && r.compare_exchange(base, 0, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
         {
-            unmap(base, chunk);
+            commit_and_recycle(base);
         }
     }
 }
@@ -579,33 +592,12 @@ fn wake() {
     futex(&WAKE, libc::FUTEX_WAKE, 1, 0);
 }
 
-/// At the end of the trace (exit, exec): nothing more is prepared, and the chunks still in the
-/// pool give their blocks back. Returns the collector's tid, its CPU time in nanoseconds, the
+/// At the end of the trace (exit, exec): nothing more is prepared (the chunks in the pool stay
+/// as they are: cleared, unused chunks of the staging file). Returns the collector's tid, its CPU time in nanoseconds, the
 /// chunks threads took from its pool and the ones they prepared themselves (for the meta
 /// file).
 pub fn finish() -> (i32, u64, u64, u64) {
     STOP.store(true, Ordering::SeqCst);
-    // A chunk being prepared goes into the pool (discarded below) or is given back by the
-    // collector itself; waited for at most 20 ms (a collector stopped in a debugger, say,
-    // only costs its chunk's blocks).
-    let slice = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 2_000_000,
-    };
-    for _ in 0..10 {
-        if BUSY.load(Ordering::SeqCst) == 0 {
-            break;
-        }
-        futex(
-            &BUSY,
-            libc::FUTEX_WAIT,
-            1,
-            &slice as *const libc::timespec as usize,
-        );
-    }
-    for i in 0..POOL {
-        discard(i);
-    }
     let tid = TID.load(Ordering::Relaxed);
     let mut cpu = 0;
     if tid > 0 {
@@ -641,13 +633,13 @@ pub fn finish() -> (i32, u64, u64, u64) {
     )
 }
 
-/// In a fork child: the collector was not copied, and the pool's chunks belong to the
-/// parent's file (the child's mappings of them go, the blocks stay the parent's).
+/// In a fork child: the collector was not copied, and the chunks it held belong to the
+/// parent's staging file (the child's mappings of them go; the parent's collector commits
+/// the retired ones).
 pub fn after_fork() {
     TID.store(0, Ordering::Relaxed);
-    BUSY.store(0, Ordering::Relaxed);
     let chunk = crate::trace::chunk_bytes();
-    for r in READY.iter().chain(RETIRE.iter()) {
+    for r in READY.iter().chain(RETIRE.iter()).chain(FREE.iter()) {
         let base = r.swap(0, Ordering::Relaxed);
         if base > CLAIMED {
             unmap(base, chunk);

@@ -69,8 +69,14 @@ const CHUNK_MAGIC: &[u8; 8] = b"IFNCHNK1";
 struct Session {
     events_fd: AtomicI32,
     meta_fd: AtomicI32,
-    /// Chunks handed out so far (the next chunk's index).
-    chunks: AtomicU64,
+    /// The staging file: the chunks threads write in, reused once committed.
+    stage_fd: AtomicI32,
+    /// Chunks committed to the events file so far (the next one's index there).
+    committed: AtomicU64,
+    /// Chunks of the staging file made so far (the next one's index there).
+    staged: AtomicU64,
+    /// Chunks handed to threads so far (INSTRFN_TRACE_LIMIT counts these).
+    handed: AtomicU64,
     /// Set once the file could not grow any more (or the limit was reached): events are
     /// counted as lost from then on.
     full: AtomicBool,
@@ -82,7 +88,10 @@ struct Session {
 static SESSION: Session = Session {
     events_fd: AtomicI32::new(-1),
     meta_fd: AtomicI32::new(-1),
-    chunks: AtomicU64::new(0),
+    stage_fd: AtomicI32::new(-1),
+    committed: AtomicU64::new(0),
+    staged: AtomicU64::new(0),
+    handed: AtomicU64::new(0),
     full: AtomicBool::new(false),
     full_reason: AtomicI32::new(0),
     full_said: AtomicBool::new(false),
@@ -226,8 +235,9 @@ pub fn start(dir: &[u8], chunk_bytes: usize, limit: u64, depth: usize, exits: bo
         }
     };
     let meta = open(b".meta", libc::O_WRONLY | libc::O_APPEND);
-    let events = open(b".events", libc::O_RDWR);
-    if meta < 0 || events < 0 {
+    let events = open(b".events", libc::O_WRONLY);
+    let stage = open(b".stage", libc::O_RDWR);
+    if meta < 0 || events < 0 || stage < 0 {
         message!(
             "cannot create the trace files in {}: {}; not tracing",
             Bytes(dir),
@@ -241,10 +251,14 @@ pub fn start(dir: &[u8], chunk_bytes: usize, limit: u64, depth: usize, exits: bo
             if events >= 0 {
                 libc::close(events);
             }
+            if stage >= 0 {
+                libc::close(stage);
+            }
         }
         return false;
     }
     SESSION.meta_fd.store(meta, Ordering::Relaxed);
+    SESSION.stage_fd.store(stage, Ordering::Relaxed);
     HIJACK.store(exits && !hardware_shadow_stack(), Ordering::Relaxed);
     if !HIJACK.load(Ordering::Relaxed) {
         arch::set_mode(2);
@@ -312,7 +326,7 @@ fn hardware_shadow_stack() -> bool {
 fn write_header() {
     // SAFETY: getpid/getppid have no preconditions.
     let (pid, ppid) = unsafe { (libc::getpid(), libc::getppid()) };
-    meta(format_args!("instrfn-trace 1"));
+    meta(format_args!("instrfn-trace 2"));
     meta(format_args!(
         "process {pid} {ppid} {}",
         process::image_number_now()
@@ -761,24 +775,20 @@ fn set_full(errno: i32) {
     }
 }
 
-/// Allocates and maps the next chunk of the events file with every page faulted in writable,
-/// so that writing it never faults (nor can a full disk turn into a SIGBUS: the blocks exist
-/// first). Raw system calls only: the collector runs this too (src/collector.rs). Returns the
-/// mapping and its offset in the file, or None if there is none (the file is full: why is
-/// kept for [`refill`] to say).
-pub(crate) fn new_chunk() -> Option<(usize, u64)> {
+/// Allocates and maps a new chunk of the staging file with every page faulted in writable, so
+/// that writing it never faults (nor can a full disk turn into a SIGBUS: the blocks exist
+/// first). Chunks are made only when none is free to reuse (src/collector.rs), so the staging
+/// file grows to the chunks in use at once, not with the trace. Raw system calls only: the
+/// collector runs this too. Returns the mapping, or None if there is none (the disk is full:
+/// why is kept for [`refill`] to say).
+pub(crate) fn new_chunk() -> Option<usize> {
     use crate::collector::syscall;
-    let fd = SESSION.events_fd.load(Ordering::Acquire);
+    let fd = SESSION.stage_fd.load(Ordering::Acquire);
     if fd < 0 || SESSION.full.load(Ordering::Relaxed) {
         return None;
     }
     let size = CHUNK_BYTES.load(Ordering::Relaxed);
-    let index = SESSION.chunks.fetch_add(1, Ordering::Relaxed);
-    if index >= MAX_CHUNKS.load(Ordering::Relaxed) {
-        set_full(0);
-        return None;
-    }
-    let offset = index * size as u64;
+    let offset = SESSION.staged.fetch_add(1, Ordering::Relaxed) * size as u64;
     // SAFETY: fallocate of a range of our own file.
     let r = unsafe {
         syscall(
@@ -842,7 +852,50 @@ pub(crate) fn new_chunk() -> Option<(usize, u64)> {
         set_full(-r as i32);
         return None;
     }
-    Some((base, offset))
+    Some(base)
+}
+
+/// Commits a staging chunk whose events are all written: copies it to the next chunk of the
+/// events file (`pwrite`: about a fifth of the cost of fresh file pages, measured with
+/// scripts/bench/pagecache.c), then clears it for reuse — its magic first, so that a reader
+/// finds the chunk either whole in the staging file or unused there (after a SIGKILL between
+/// the two steps it is in both files, and readers take the copy with more events). Returns
+/// false if the events file cannot take it (the disk is full): the chunk then stays as it is
+/// in the staging file, where readers find it, and must not be reused. Raw system calls only
+/// (the collector, or a thread retiring its chunk when there is no collector).
+pub(crate) fn commit(base: usize) -> bool {
+    use crate::collector::syscall;
+    let fd = SESSION.events_fd.load(Ordering::Acquire);
+    if fd < 0 {
+        return false;
+    }
+    let size = CHUNK_BYTES.load(Ordering::Relaxed);
+    let offset = SESSION.committed.fetch_add(1, Ordering::Relaxed) as usize * size;
+    let mut done = 0;
+    while done < size {
+        // SAFETY: pwrite from a mapped chunk to our own file.
+        let n = unsafe {
+            syscall(
+                libc::SYS_pwrite64,
+                [fd as usize, base + done, size - done, offset + done, 0, 0],
+            )
+        };
+        if n == -(libc::EINTR as isize) {
+            continue;
+        }
+        if n <= 0 {
+            set_full(if n == 0 { libc::ENOSPC } else { -n as i32 });
+            return false;
+        }
+        done += n as usize;
+    }
+    // SAFETY: the chunk is mapped and nobody writes it any more (all its events are written).
+    unsafe {
+        (base as *mut u64).write_volatile(0);
+        core::sync::atomic::compiler_fence(Ordering::SeqCst);
+        ptr::write_bytes((base + 8) as *mut u8, 0, size - 8);
+    }
+    true
 }
 
 /// Whether every event reserved in the chunk at `base`, up to `end`, has been written (its tag
@@ -854,50 +907,36 @@ pub(crate) fn all_written(base: usize, end: usize) -> bool {
         .all(|at| unsafe { ((at + 8) as *const u64).read_volatile() } != 0)
 }
 
-/// Frees the blocks of an unused chunk (one the collector prepared and nobody took).
-pub(crate) fn punch(offset: u64, size: usize) {
-    let fd = SESSION.events_fd.load(Ordering::Acquire);
-    if fd >= 0 {
-        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
-        // SAFETY: fallocate of a range of our own file.
-        unsafe {
-            crate::collector::syscall(
-                libc::SYS_fallocate,
-                [fd as usize, mode as usize, offset as usize, size, 0, 0],
-            )
-        };
-    }
-}
-
 /// Gives this thread its next chunk: a prepared one from the collector's pool, or one it maps
 /// itself. Returns false if there is none (the file cannot grow, or the limit is reached): the
 /// caller counts the event as lost.
 fn refill(tls: &mut Tls, block: &ThreadBlock) -> bool {
-    let mut base = crate::collector::take();
+    let mut base = 0;
+    if SESSION.handed.fetch_add(1, Ordering::Relaxed) >= MAX_CHUNKS.load(Ordering::Relaxed) {
+        set_full(0);
+    } else if !SESSION.full.load(Ordering::Relaxed) {
+        base = crate::collector::take();
+        if base == 0
+            && let Some(b) = new_chunk()
+        {
+            crate::collector::prepared_by_thread();
+            base = b;
+        }
+    }
     if base == 0 {
-        match new_chunk() {
-            Some((b, _)) => {
-                crate::collector::prepared_by_thread();
-                base = b;
-            }
-            None => {
-                if SESSION.full.load(Ordering::Relaxed)
-                    && !SESSION.full_said.swap(true, Ordering::Relaxed)
-                {
-                    match SESSION.full_reason.load(Ordering::Relaxed) {
-                        0 => message!(
-                            "the trace reached INSTRFN_TRACE_LIMIT; later events are counted as \
-                             lost"
-                        ),
-                        e => message!(
-                            "the trace file cannot grow ({}); later events are counted as lost",
-                            sys::Errno(e)
-                        ),
-                    }
-                }
-                return false;
+        if SESSION.full.load(Ordering::Relaxed) && !SESSION.full_said.swap(true, Ordering::Relaxed)
+        {
+            match SESSION.full_reason.load(Ordering::Relaxed) {
+                0 => message!(
+                    "the trace reached INSTRFN_TRACE_LIMIT; later events are counted as lost"
+                ),
+                e => message!(
+                    "the trace files cannot grow ({}); later events are counted as lost",
+                    sys::Errno(e)
+                ),
             }
         }
+        return false;
     }
     let size = CHUNK_BYTES.load(Ordering::Relaxed);
     let t = &block.trace;
@@ -911,15 +950,17 @@ fn refill(tls: &mut Tls, block: &ThreadBlock) -> bool {
         }
     }
     let seq = t.seq.fetch_add(1, Ordering::Relaxed);
-    // SAFETY: the header lies at the start of the fresh mapping.
+    // SAFETY: the header lies at the start of the chunk, which is all zero (fresh or cleared
+    // by `commit`). The magic goes last: a reader sees a whole header or an unused chunk.
     unsafe {
         let h = base as *mut u8;
-        ptr::copy_nonoverlapping(CHUNK_MAGIC.as_ptr(), h, 8);
         h.add(8).cast::<u32>().write(1);
         h.add(12).cast::<u32>().write(size as u32);
         h.add(16).cast::<u32>().write(block.index);
         h.add(20).cast::<u32>().write(sys::gettid());
         h.add(24).cast::<u64>().write(seq);
+        core::sync::atomic::compiler_fence(Ordering::SeqCst);
+        ptr::copy_nonoverlapping(CHUNK_MAGIC.as_ptr(), h, 8);
     }
     tls.trace_end = base + size;
     tls.trace_pos = base + CHUNK_HEADER;
@@ -1583,7 +1624,7 @@ pub fn flush() -> c_int {
     }
     note_modules();
     let mut result = 0;
-    for fd in [&SESSION.events_fd, &SESSION.meta_fd] {
+    for fd in [&SESSION.events_fd, &SESSION.stage_fd, &SESSION.meta_fd] {
         let fd = fd.load(Ordering::Relaxed);
         // SAFETY: fdatasync of our own descriptor.
         if fd >= 0 && unsafe { libc::fdatasync(fd) } != 0 && result == 0 {
@@ -1623,14 +1664,16 @@ pub fn after_fork(dir: &[u8]) {
     if !active() {
         return;
     }
-    for fd in [&SESSION.events_fd, &SESSION.meta_fd] {
+    for fd in [&SESSION.events_fd, &SESSION.stage_fd, &SESSION.meta_fd] {
         let old = fd.swap(-1, Ordering::Relaxed);
         if old >= 0 {
             // SAFETY: our own descriptors (the parent keeps its copies).
             unsafe { libc::close(old) };
         }
     }
-    SESSION.chunks.store(0, Ordering::Relaxed);
+    SESSION.committed.store(0, Ordering::Relaxed);
+    SESSION.staged.store(0, Ordering::Relaxed);
+    SESSION.handed.store(0, Ordering::Relaxed);
     SESSION.full.store(false, Ordering::Relaxed);
     SESSION.full_said.store(false, Ordering::Relaxed);
     for k in &KNOWN {

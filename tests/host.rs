@@ -1931,30 +1931,37 @@ fn trace_process_trees_and_many_threads() {
         .collect();
     assert_eq!(images, ["1", "2", "3"]);
 
-    // 4000 threads, 8 at a time: 2 files, and chunks shared by the threads of a block.
+    // 4000 threads, 8 at a time: 3 files, and chunks shared by the threads of a block.
     let churn = build_c(&dir, "scenarios.c", &[], Link::Preload);
     let (out, trace) = record_trace(&churn, &["churn", "4000", "50"], &[], &dir);
     assert!(stderr_of(&out).contains("instrfn: "), "{}", stderr_of(&out));
     let files = std::fs::read_dir(&trace).unwrap().count();
-    assert_eq!(files, 2);
-    let events = std::os::unix::fs::MetadataExt::blocks(
-        &std::fs::metadata(
-            std::fs::read_dir(&trace)
-                .unwrap()
-                .flatten()
-                .find(|e| e.file_name().to_string_lossy().ends_with(".events"))
-                .unwrap()
-                .path(),
-        )
-        .unwrap(),
-    ) * 512;
-    // Chunks are handed on with thread blocks (9 of them): the file's blocks hold the events
-    // plus at most one partly filled chunk per block, not a chunk per thread (chunks the
-    // collector prepared and nobody took are holes).
+    assert_eq!(files, 3);
+    let blocks = |suffix: &str| {
+        std::os::unix::fs::MetadataExt::blocks(
+            &std::fs::metadata(
+                std::fs::read_dir(&trace)
+                    .unwrap()
+                    .flatten()
+                    .find(|e| e.file_name().to_string_lossy().ends_with(suffix))
+                    .unwrap()
+                    .path(),
+            )
+            .unwrap(),
+        ) * 512
+    };
+    let (events, staging) = (blocks(".events"), blocks(".stage"));
+    // Chunks are handed on with thread blocks (9 of them), not one per thread: the events
+    // file holds the full ones; the staging file the chunks in use at once, reused (two per
+    // block, the collector's pool of 4 and up to 16 spares).
     let data = 16 * 4000 * (2 + 2 * 50 + 1);
     assert!(
-        events <= data + 9 * (1 << 20),
+        events <= data + (1 << 20),
         "{events} bytes of events for 4000 threads"
+    );
+    assert!(
+        staging <= (2 * 9 + 4 + 16) << 20,
+        "{staging} bytes of staging file for 4000 threads"
     );
     let procs = instrfn_dump(&trace);
     assert_eq!(procs[0].threads.len(), 4001, "threads in the trace");
@@ -2030,15 +2037,28 @@ fn trace_collector_prepares_chunks_and_is_optional() {
             )),
             "{context}: {summary}"
         );
+        // Chunks with events: committed to the events file, or still in the staging file
+        // (the threads' last ones, and retired ones not yet committed at exit).
         let events = &trace_files(&trace, ".events")[0];
-        let data = std::fs::read(events).unwrap();
-        let used = data
-            .chunks(CHUNK as usize)
-            .filter(|c| c.starts_with(b"IFNCHNK1"))
-            .count() as u64;
+        let stage = &trace_files(&trace, ".stage")[0];
+        let chunks_in = |f: &Path| {
+            std::fs::read(f)
+                .unwrap()
+                .chunks(CHUNK as usize)
+                .filter(|c| c.starts_with(b"IFNCHNK1"))
+                .count() as u64
+        };
+        let (committed, staged) = (chunks_in(events), chunks_in(stage));
+        let used = committed + staged;
         assert!(
             used * (CHUNK - 64) >= 16 * expected,
             "{context}: {used} chunks"
+        );
+        // At most two chunks per slot (the one filled and the one before) and the retired ones
+        // the collector had not committed yet (at most 8) are left in the staging file.
+        assert!(
+            staged <= 2 * (T + 1) + 8 && committed >= used - 2 * (T + 1) - 8,
+            "{context}: {committed} chunks committed, {staged} in the staging file"
         );
         let (tid, _cpu, prepared, by_threads) = collector_line(&trace_files(&trace, ".meta")[0]);
         if collector == "on" {
@@ -2060,11 +2080,18 @@ fn trace_collector_prepares_chunks_and_is_optional() {
         } else {
             assert_eq!((tid, prepared, by_threads), (0, 0, used), "{context}");
         }
-        // Allocated blocks: the used chunks (plus the file system's own), not the unused ones.
+        // Allocated blocks: the committed chunks (plus the file system's own); the staging
+        // file holds the chunks in use at once, reused, not one per chunk of the trace: two per
+        // slot, the pool (4), the retired (8) and the spares a burst left (16).
         let allocated = std::fs::metadata(events).unwrap().blocks() * 512;
         assert!(
-            allocated <= used * CHUNK + (64 << 10),
-            "{context}: {allocated} bytes allocated for {used} chunks of {CHUNK}"
+            allocated <= committed * CHUNK + (64 << 10),
+            "{context}: {allocated} bytes allocated for {committed} chunks of {CHUNK}"
+        );
+        let staging = std::fs::metadata(stage).unwrap().blocks() * 512;
+        assert!(
+            staging <= (2 * (T + 1) + 4 + 8 + 16) * CHUNK + (64 << 10) && staging < allocated,
+            "{context}: a staging file of {staging} bytes for {used} chunks of {CHUNK}"
         );
     }
     // fork: the child's own collector.

@@ -150,7 +150,11 @@ fn record(
     {
         let name = e.file_name();
         let name = name.to_string_lossy();
-        if name.ends_with(".meta") || name.ends_with(".events") || name.starts_with("gmon.out") {
+        if name.ends_with(".meta")
+            || name.ends_with(".events")
+            || name.ends_with(".stage")
+            || name.starts_with("gmon.out")
+        {
             std::fs::remove_file(e.path())
                 .map_err(|err| format!("cannot remove {}: {err}", e.path().display()))?;
         }

@@ -18,7 +18,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// The format version this reader knows.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 const CHUNK_MAGIC: &[u8; 8] = b"IFNCHNK1";
 const CHUNK_HEADER: usize = 64;
 const EVENT_BYTES: usize = 16;
@@ -188,9 +188,11 @@ pub struct ThreadInfo {
     pub name: String,
 }
 
-/// One chunk of an events file.
+/// One chunk of an events or staging file.
 #[derive(Debug, Clone, Copy)]
 struct Chunk {
+    /// Which file: 0 the events file, 1 the staging file.
+    file: usize,
     offset: usize,
     len: usize,
     slot: u32,
@@ -233,7 +235,10 @@ pub struct Process {
     /// The files read.
     pub meta_path: PathBuf,
     pub events_path: PathBuf,
-    events: Option<memmap2::Mmap>,
+    /// The staging file (format version 2; none for version 1 traces).
+    pub stage_path: PathBuf,
+    /// The events file's and the staging file's mappings (None: empty or absent).
+    maps: [Option<memmap2::Mmap>; 2],
     little_endian: bool,
     chunks: Vec<Chunk>,
 }
@@ -364,7 +369,8 @@ impl Process {
             collector: None,
             meta_path: meta_path.to_path_buf(),
             events_path: events_path.to_path_buf(),
-            events: None,
+            stage_path: events_path.with_extension("stage"),
+            maps: [None, None],
             little_endian: cfg!(target_endian = "little"),
             chunks: Vec::new(),
         };
@@ -480,41 +486,93 @@ impl Process {
         Ok(p)
     }
 
+    /// Maps the events file and the staging file and lists their chunks: a chunk is in one of
+    /// them or, after a SIGKILL between a commit's copy and the clearing of its staging chunk,
+    /// in both: the copy with more events counts.
     fn map_events(&mut self) -> Result<(), Error> {
-        let path = self.events_path.clone();
-        let file = match std::fs::File::open(&path) {
+        let mut sizes = Vec::new();
+        for file in 0..2 {
+            let path = if file == 0 {
+                self.events_path.clone()
+            } else {
+                self.stage_path.clone()
+            };
+            if let Some(size) = self.map_file(file, &path)? {
+                sizes.push(size);
+            }
+        }
+        if sizes.windows(2).any(|w| w[0] != w[1]) {
+            return Err(error(
+                &self.stage_path,
+                "corrupt: its chunk size differs from the events file's",
+            ));
+        }
+        self.chunks.sort_by_key(|c| (c.slot, c.seq, c.file));
+        let chunks = std::mem::take(&mut self.chunks);
+        let mut kept: Vec<Chunk> = Vec::with_capacity(chunks.len());
+        for c in chunks {
+            match kept.last_mut() {
+                Some(last) if (last.slot, last.seq) == (c.slot, c.seq) => {
+                    if self.written(&c) > self.written(last) {
+                        *last = c;
+                    }
+                }
+                _ => kept.push(c),
+            }
+        }
+        self.chunks = kept;
+        Ok(())
+    }
+
+    /// Events written in a chunk (up to the first unwritten one).
+    fn written(&self, c: &Chunk) -> usize {
+        let Some(map) = self.maps[c.file].as_ref() else {
+            return 0;
+        };
+        (c.offset + CHUNK_HEADER..c.offset + c.len)
+            .step_by(EVENT_BYTES)
+            .take_while(|&at| at + EVENT_BYTES <= c.offset + c.len)
+            .take_while(|&at| map[at + 8..at + 16].iter().any(|&b| b != 0))
+            .count()
+    }
+
+    /// Maps one file and lists its chunks; returns its chunk size (None: no chunk in it). The
+    /// events file must exist; a missing staging file is a version 1 trace's.
+    fn map_file(&mut self, file: usize, path: &Path) -> Result<Option<usize>, Error> {
+        let f = match std::fs::File::open(path) {
             Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && file == 1 => return Ok(None),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(error(
-                    &path,
+                    path,
                     "missing (the meta file names a process whose events file is gone)",
                 ));
             }
-            Err(e) => return Err(error(&path, format!("cannot open: {e}"))),
+            Err(e) => return Err(error(path, format!("cannot open: {e}"))),
         };
-        let len = file
+        let len = f
             .metadata()
-            .map_err(|e| error(&path, format!("cannot stat: {e}")))?
+            .map_err(|e| error(path, format!("cannot stat: {e}")))?
             .len() as usize;
         if len == 0 {
-            return Ok(());
+            return Ok(None);
         }
         // SAFETY: the file is only read; a writer still running could change it under us,
         // which at worst shows events that appear while we read (never invalid memory: the
         // mapping's length is fixed).
-        let map = unsafe { memmap2::Mmap::map(&file) }
-            .map_err(|e| error(&path, format!("cannot map: {e}")))?;
+        let map = unsafe { memmap2::Mmap::map(&f) }
+            .map_err(|e| error(path, format!("cannot map: {e}")))?;
         // The first chunk that was written (one the collector prepared may stay all zero,
         // chunk 0 included): chunks start at multiples of 4096.
         let first = (0..len.saturating_sub(CHUNK_HEADER - 1))
             .step_by(4096)
             .find(|&o| map[o..o + 8].iter().any(|&b| b != 0));
         let Some(first) = first else {
-            return Ok(());
+            return Ok(None);
         };
         if &map[first..first + 8] != CHUNK_MAGIC {
             return Err(error(
-                &path,
+                path,
                 format!("not an instrfn events file (bad chunk magic at offset {first})"),
             ));
         }
@@ -537,31 +595,32 @@ impl Process {
         // Byte order from the version field (1).
         let le = u32_at(&map, first + 8, true) == 1;
         if !le && u32_at(&map, first + 8, false) != 1 {
-            return Err(error(&path, "unknown events file version"));
+            return Err(error(path, "unknown events file version"));
         }
         let size = u32_at(&map, first + 12, le) as usize;
         if size < CHUNK_HEADER + EVENT_BYTES
             || !size.is_multiple_of(EVENT_BYTES)
             || !first.is_multiple_of(size)
         {
-            return Err(error(&path, format!("corrupt chunk size {size}")));
+            return Err(error(path, format!("corrupt chunk size {size}")));
         }
         let mut offset = 0;
         while offset < len {
             let chunk = &map[offset..len.min(offset + size)];
             if chunk.len() < CHUNK_HEADER || chunk.iter().take(8).all(|&b| b == 0) {
-                // Allocated but never written (prepared and never taken, or the process died
-                // before its header), or cut short.
+                // Allocated but never written (prepared and never taken, a staging chunk
+                // committed and cleared, or the process died before its header), or cut short.
                 offset += size;
                 continue;
             }
             if &chunk[..8] != CHUNK_MAGIC {
                 return Err(error(
-                    &path,
+                    path,
                     format!("corrupt chunk at offset {offset} (bad magic)"),
                 ));
             }
             self.chunks.push(Chunk {
+                file,
                 offset,
                 len: chunk.len(),
                 slot: u32_at(chunk, 16, le),
@@ -570,10 +629,9 @@ impl Process {
             });
             offset += size;
         }
-        self.chunks.sort_by_key(|c| (c.slot, c.seq));
         self.little_endian = le;
-        self.events = Some(map);
-        Ok(())
+        self.maps[file] = Some(map);
+        Ok(Some(size))
     }
 
     /// The thread slots that appear in the trace (with events, thread lines or losses).
@@ -655,9 +713,9 @@ impl Iterator for Events<'_> {
     type Item = Result<Event, Error>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let map = self.p.events.as_ref()?;
         loop {
             let chunk = *self.chunks.get(self.next_chunk)?;
+            let map = self.p.maps[chunk.file].as_ref()?;
             if self.pos == 0 {
                 self.pos = CHUNK_HEADER;
                 self.tid = chunk.tid;
@@ -695,7 +753,11 @@ impl Iterator for Events<'_> {
                     value: tag >> 4,
                 }),
                 None => Err(error(
-                    &self.p.events_path,
+                    if chunk.file == 0 {
+                        &self.p.events_path
+                    } else {
+                        &self.p.stage_path
+                    },
                     format!("corrupt event at offset {at} (kind {})", tag & 15),
                 )),
             });
