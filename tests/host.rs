@@ -1861,34 +1861,68 @@ fn trace_survives_sigkill() {
 
 #[test]
 fn trace_losses_are_counted_exactly() {
-    // A trace limit far below what the program makes: recorded + lost = made, exactly, and
-    // the losses are said (stderr, meta file, loss markers).
+    // A trace limit far below what the program makes, and a file system too small for the
+    // trace: recorded + lost = made, exactly, the losses are said (stderr, meta file, loss
+    // markers), the program runs as without instrfn, and what was recorded reads.
     let dir = workdir("trace-limit");
     let exe = build_pg(&dir, "calltree.c");
     const T: u64 = 2;
     const K: u64 = 2000;
     let made = 2 + T * (2 + 10 * K);
-    let env = [("INSTRFN_BUFSIZE", "4K"), ("INSTRFN_TRACE_LIMIT", "64K")];
-    let (out, _trace) = record_trace(&exe, &["2", "2000"], &env, &dir);
-    let err = stderr_of(&out);
-    let summary = err.lines().last().unwrap();
-    let number = |label: &str| -> u64 {
-        summary
-            .split(", ")
-            .find_map(|part| {
-                part.strip_suffix(label)?
-                    .trim()
-                    .rsplit(' ')
-                    .next()?
-                    .parse()
-                    .ok()
-            })
-            .unwrap_or_else(|| panic!("no {label} in {summary}"))
+    let plain = run_ok(Command::new(&exe).args(["2", "2000"]));
+    let check = |env: &[(&str, &str)], dir: &Path, said: &str| {
+        let (out, trace) = record_trace(&exe, &["2", "2000"], env, dir);
+        assert_eq!(out.stdout, plain.stdout, "{said}");
+        let err = stderr_of(&out);
+        let summary = err.lines().last().unwrap();
+        let number = |label: &str| -> u64 {
+            summary
+                .split(", ")
+                .find_map(|part| {
+                    part.strip_suffix(label)?
+                        .trim()
+                        .rsplit(' ')
+                        .next()?
+                        .parse()
+                        .ok()
+                })
+                .unwrap_or_else(|| panic!("no {label} in {summary}"))
+        };
+        let (recorded, lost) = (number(" events"), number(" lost"));
+        assert!(lost > 0 && recorded > 0, "{summary}");
+        assert_eq!(recorded + lost, made, "{summary}");
+        assert!(err.contains(said), "{err}");
+        let procs = instrfn_dump(&trace);
+        assert_eq!(procs[0].lost, lost, "{said}: loss markers");
     };
-    let (recorded, lost) = (number(" events"), number(" lost"));
-    assert!(lost > 0 && recorded > 0, "{summary}");
-    assert_eq!(recorded + lost, made, "{summary}");
-    assert!(err.contains("INSTRFN_TRACE_LIMIT"), "{err}");
+    let env = [("INSTRFN_BUFSIZE", "4K"), ("INSTRFN_TRACE_LIMIT", "64K")];
+    check(&env, &dir, "INSTRFN_TRACE_LIMIT");
+    // A full disk: a 256 KiB tmpfs (CI runs as root; without root this fails, it does not
+    // pass). Chunks the events file cannot take stay in the staging file and are read there.
+    let small = dir.join("small");
+    std::fs::create_dir_all(&small).unwrap();
+    let _ = Command::new("umount").arg(&small).status();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+        .arg(&small)
+        .status()
+        .unwrap();
+    assert!(
+        mounted.success(),
+        "cannot mount a small tmpfs at {} (the test needs root)",
+        small.display()
+    );
+    let full = std::panic::catch_unwind(|| {
+        check(
+            &[("INSTRFN_BUFSIZE", "16K")],
+            &small,
+            "cannot grow (No space left on device)",
+        )
+    });
+    let _ = Command::new("umount").arg(&small).status();
+    if let Err(e) = full {
+        std::panic::resume_unwind(e);
+    }
 }
 
 #[test]
