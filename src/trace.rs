@@ -912,15 +912,17 @@ pub(crate) fn all_written(base: usize, end: usize) -> bool {
 /// caller counts the event as lost.
 fn refill(tls: &mut Tls, block: &ThreadBlock) -> bool {
     let mut base = 0;
-    if SESSION.handed.fetch_add(1, Ordering::Relaxed) >= MAX_CHUNKS.load(Ordering::Relaxed) {
-        set_full(0);
-    } else if !SESSION.full.load(Ordering::Relaxed) {
-        base = crate::collector::take();
-        if base == 0
-            && let Some(b) = new_chunk()
-        {
-            crate::collector::prepared_by_thread();
-            base = b;
+    if !SESSION.full.load(Ordering::Relaxed) {
+        if SESSION.handed.fetch_add(1, Ordering::Relaxed) >= MAX_CHUNKS.load(Ordering::Relaxed) {
+            set_full(0);
+        } else {
+            base = crate::collector::take();
+            if base == 0
+                && let Some(b) = new_chunk()
+            {
+                crate::collector::prepared_by_thread();
+                base = b;
+            }
         }
     }
     if base == 0 {
