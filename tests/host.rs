@@ -2075,15 +2075,29 @@ fn trace_collector_prepares_chunks_and_is_optional() {
         // (the threads' last ones, and retired ones not yet committed at exit).
         let events = &trace_files(&trace, ".events")[0];
         let stage = &trace_files(&trace, ".stage")[0];
-        let chunks_in = |f: &Path| {
+        // (slot, sequence number) of each chunk with events; the process may exit while the
+        // collector commits one, which is then in both files (readers take it once).
+        let chunks_in = |f: &Path| -> std::collections::BTreeSet<(u32, u64)> {
             std::fs::read(f)
                 .unwrap()
                 .chunks(CHUNK as usize)
                 .filter(|c| c.starts_with(b"IFNCHNK1"))
-                .count() as u64
+                .map(|c| {
+                    (
+                        u32::from_le_bytes(c[16..20].try_into().unwrap()),
+                        u64::from_le_bytes(c[24..32].try_into().unwrap()),
+                    )
+                })
+                .collect()
         };
-        let (committed, staged) = (chunks_in(events), chunks_in(stage));
+        let (in_events, in_stage) = (chunks_in(events), chunks_in(stage));
+        let committed = in_events.len() as u64;
+        let staged = in_stage.difference(&in_events).count() as u64;
         let used = committed + staged;
+        assert!(
+            in_stage.intersection(&in_events).count() <= 1,
+            "{context}: chunks in both files"
+        );
         assert!(
             used * (CHUNK - 64) >= 16 * expected,
             "{context}: {used} chunks"
