@@ -2,8 +2,10 @@
 //
 // Same plan, symbols, layouts (Tls, ArcTable, Slot) and hash as asm/x86_64.s, the annotated
 // reference; this file documents only how aarch64 differs. It is assembled by LLVM as one
-// `global_asm!` block from src/arch/aarch64.rs (where braces would be format placeholders, so
-// none appear here); the exported names are naked functions there that branch into it.
+// `global_asm!` block from src/arch/aarch64.rs, followed by asm/aarch64-xray.s (which uses the
+// macros TLS_ADDR, TRACE_EVENT, SHADOW_RESERVE and SHADOW_RELEASE defined here); braces would
+// be format placeholders, so none appear here; the exported names are naked functions there
+// that branch into it.
 //
 // The counting call is an ordinary AAPCS64 call after the prologue, always with the frame
 // record set up (`stp x29, x30, [sp, #-N]!; mov x29, sp`: gcc refuses -pg with
@@ -122,6 +124,68 @@
     svc     #0
     .endm
 
+// Trace mode's signal-safe reservations, shared by the trampolines here and the XRay ones
+// (asm/aarch64-xray.s, assembled after this file in the same block). `again` is a numeric
+// label each macro defines at its loop head; `status` is a W register; every operand a
+// distinct register unless said otherwise.
+//
+// TLS_ADDR dst, tmp: dst = &Tls of this thread (tpidr_el0 + instrfn_tls's offset from the
+//   GOT, initial-exec; the linker relaxes it to an immediate in executables). tmp clobbered.
+    .macro TLS_ADDR dst, tmp
+    mrs     \dst, tpidr_el0
+    adrp    \tmp, :gottprel:instrfn_tls
+    ldr     \tmp, [\tmp, #:gottprel_lo12:instrfn_tls]
+    add     \dst, \dst, \tmp
+    .endm
+
+// TRACE_EVENT again, tls, posp, pos, next, end, status, full: reserves this thread's next
+//   event with a compare-and-swap of trace_pos against the room just checked (see the
+//   header): tls = &Tls, posp = &tls.trace_pos (set by the caller). Out: pos = the event
+//   (16 bytes, to be written timestamp first, tagged word last), next = pos + {EV_BYTES}.
+//   No room (or no chunk: trace_end 0): branches to `full` with nothing reserved and no
+//   exclusive access open. end is clobbered and may be status's X register. A caller may
+//   branch back to `again` to reserve anew.
+    .macro TRACE_EVENT again, tls, posp, pos, next, end, status, full
+\again:
+    ldr     \pos, [\posp]                   // our event, if there is room
+    ldr     \end, [\tls, #{TLS_TRACE_END}]
+    add     \next, \pos, #{EV_BYTES}
+    cmp     \next, \end
+    b.hi    \full                           // past the chunk's end (or no chunk)
+    ldxr    \end, [\posp]                   // claimed, unless a handler moved it: again
+    cmp     \end, \pos
+    b.ne    \again\()b
+    stxr    \status, \next, [\posp]
+    cbnz    \status, \again\()b             // a handler ran between ldxr and stxr: again
+    .endm
+
+// SHADOW_RESERVE again, topp, end, entry, next, status, full: reserves a shadow entry above
+//   shadow_top (topp = &tls.shadow_top, end = tls.shadow_end, which never changes, both set
+//   by the caller) with an ldxr/stxr loop that checks the bound before it stores. Out: entry
+//   = our entry (its slot is 0, as every free entry's: a handler takes it for one being
+//   pushed), next = entry + {SH_BYTES}. Full (or no shadow stack yet: end 0): branches to
+//   `full` with nothing reserved but the exclusive access open (the target runs clrex).
+    .macro SHADOW_RESERVE again, topp, end, entry, next, status, full
+\again:
+    ldxr    \entry, [\topp]                 // reserve our shadow entry (its slot is 0)
+    add     \next, \entry, #{SH_BYTES}
+    cmp     \next, \end
+    b.hi    \full
+    stxr    \status, \next, [\topp]
+    cbnz    \status, \again\()b
+    .endm
+
+// SHADOW_RELEASE again, topp, tmp, status: gives back the entry SHADOW_RESERVE reserved (its
+//   slot still 0; a handler that pushed above it meanwhile has popped again): shadow_top -=
+//   {SH_BYTES}, an ldxr/stxr loop. tmp clobbered.
+    .macro SHADOW_RELEASE again, topp, tmp, status
+\again:
+    ldxr    \tmp, [\topp]
+    sub     \tmp, \tmp, #{SH_BYTES}
+    stxr    \status, \tmp, [\topp]
+    cbnz    \status, \again\()b
+    .endm
+
 // STRIP dst, src: dst = src without a pointer authentication code (xpaclri works on x30
 //   only, and is a NOP without PAC). Uses x17; x30 comes back as it was.
     .macro STRIP dst, src
@@ -160,10 +224,7 @@ instrfn_aarch64_\name:
     .ifnc \kind,hijack
     mov     x9, x0                          // this_fn
     .endif
-    mrs     x16, tpidr_el0
-    adrp    x17, :gottprel:instrfn_tls
-    ldr     x17, [x17, #:gottprel_lo12:instrfn_tls]
-    add     x16, x16, x17                   // &Tls
+    TLS_ADDR x16, x17                       // &Tls
     ldr     x17, [x16, #{TLS_GUARD}]                  // guard held: runtime code is running here
     cbnz    x17, .Lout_\name
     adrp    x17, instrfn_enabled
@@ -340,12 +401,8 @@ instrfn_aarch64_\name:
     b.ls    .Ltslow_\name                   // gone (longjmp): the slow path closes it
 1:  add     x3, x16, #{TLS_SHADOW_TOP}
     ldr     x7, [x16, #{TLS_SHADOW_END}]
-2:  ldxr    x4, [x3]                        // reserve our shadow entry (its slot is 0)
-    add     x2, x4, #{SH_BYTES}
-    cmp     x2, x7
-    b.hi    .Ltfull_\name                   // full: an entry without exit
-    stxr    w17, x2, [x3]
-    cbnz    w17, 2b
+    // x4 = our shadow entry (full: an entry without exit)
+    SHADOW_RESERVE 2, x3, x7, x4, x2, w17, .Ltfull_\name
     mov     x6, #{EV_ENTRY}
     .else
     .ifc \kind,exit
@@ -357,16 +414,7 @@ instrfn_aarch64_\name:
 .Ltevent_\name:
     mrs     x2, cntvct_el0                  // timestamp
     add     x3, x16, #{TLS_TRACE_POS}
-4:  ldr     x8, [x3]                        // our event, if there is room
-    ldr     x7, [x16, #{TLS_TRACE_END}]
-    add     x0, x8, #{EV_BYTES}
-    cmp     x0, x7
-    b.hi    .Ltnochunk_\name                // past the chunk's end (or no chunk): slow path
-    ldxr    x7, [x3]                        // claimed, unless a handler moved it: again
-    cmp     x7, x8
-    b.ne    4b
-    stxr    w17, x0, [x3]
-    cbnz    w17, 4b                         // a handler ran between ldxr and stxr: again
+    TRACE_EVENT 4, x16, x3, x8, x0, x7, w17, .Ltnochunk_\name // x8 = our event; no room: slow path
     str     x2, [x8]                        // timestamp, then the word that marks it written
     lsl     x0, \self, #{EV_SHIFT}
     orr     x0, x0, x6
@@ -400,10 +448,7 @@ instrfn_aarch64_\name:
     .ifc \kind,hijack
     cbz     x4, .Ltslow_\name
     add     x3, x16, #{TLS_SHADOW_TOP}              // give the shadow entry back (slot still 0)
-7:  ldxr    x0, [x3]
-    sub     x0, x0, #{SH_BYTES}
-    stxr    w17, x0, [x3]
-    cbnz    w17, 7b
+    SHADOW_RELEASE 7, x3, x0, w17
     .endif
     b       .Ltslow_\name
 .Ltret_\name:
@@ -598,10 +643,7 @@ instrfn_aarch64_\name:
     // Block every signal (see the reference for why).
     BLOCK_SIGNALS 248, x29
 
-    mrs     x19, tpidr_el0
-    adrp    x16, :gottprel:instrfn_tls
-    ldr     x16, [x16, #:gottprel_lo12:instrfn_tls]
-    add     x19, x19, x16                   // &Tls
+    TLS_ADDR x19, x16                       // &Tls
     mov     x16, #1
     str     x16, [x19, #{TLS_GUARD}]                  // guard: counting calls made by the runtime return
     mov     x0, x19                         // arg 0: &Tls
@@ -680,10 +722,7 @@ instrfn_aarch64_\name:
     .cfi_undefined x30
     nop
 instrfn_aarch64_exit:
-    mrs     x16, tpidr_el0
-    adrp    x17, :gottprel:instrfn_tls
-    ldr     x17, [x17, #:gottprel_lo12:instrfn_tls]
-    add     x16, x16, x17                   // &Tls
+    TLS_ADDR x16, x17                       // &Tls
     ldr     x17, [x16, #{TLS_UNWOUND}]
     cbnz    x17, .Lexit_slow
     ldr     x9, [x16, #{TLS_SHADOW_TOP}]
@@ -707,17 +746,8 @@ instrfn_aarch64_exit:
     adrp    x17, instrfn_min_ticks
     ldr     x17, [x17, #:lo12:instrfn_min_ticks]
     cbnz    x17, .Lexit_short               // INSTRFN_MIN_DURATION: maybe no events at all
-1:  ldr     x10, [x14]                      // our event, if there is room
-    ldr     x13, [x16, #{TLS_TRACE_END}]
-    add     x11, x10, #{EV_BYTES}
-    cmp     x11, x13
-    b.hi    .Lexit_slow                     // no room (or no chunk): nothing popped yet, the
-                                            // slow path does all
-    ldxr    x13, [x14]                      // claimed, unless a handler moved it: again
-    cmp     x13, x10
-    b.ne    1b
-    stxr    w13, x11, [x14]
-    cbnz    w13, 1b                         // a handler ran between ldxr and stxr: again
+    // x10 = our event (no room, or no chunk: nothing popped yet, the slow path does all)
+    TRACE_EVENT 1, x16, x14, x10, x11, x13, w13, .Lexit_slow
     str     x15, [x10]                      // timestamp, then the word that marks it written
     lsl     x12, x12, #{EV_SHIFT}
     orr     x12, x12, #{EV_EXIT}
@@ -821,10 +851,7 @@ instrfn_aarch64_guarded:
     bl      __errno_location
     ldr     w0, [x0]
     str     w0, [sp, #72]
-    mrs     x24, tpidr_el0
-    adrp    x0, :gottprel:instrfn_tls
-    ldr     x0, [x0, #:gottprel_lo12:instrfn_tls]
-    add     x24, x24, x0                    // &Tls
+    TLS_ADDR x24, x0                        // &Tls
     ldr     x0, [x24, #{TLS_GUARD}]
     str     x0, [sp, #80]
     mov     x0, #1
@@ -865,10 +892,7 @@ instrfn_aarch64_guarded:
     .type instrfn_tls_get,%function
 instrfn_tls_get:
     .cfi_startproc
-    mrs     x0, tpidr_el0
-    adrp    x16, :gottprel:instrfn_tls
-    ldr     x16, [x16, #:gottprel_lo12:instrfn_tls]
-    add     x0, x0, x16
+    TLS_ADDR x0, x16                        // &Tls
     ret
     .cfi_endproc
     .size instrfn_tls_get, .-instrfn_tls_get

@@ -1,7 +1,7 @@
-//! XRay sleds patched by the runtime itself (src/xray.rs, asm/x86_64-xray.s), x86_64: Rust
-//! programs built with `-Zinstrument-xray` and C programs built with clang
-//! `-fxray-instrument`, traced with `instrfn record` or LD_PRELOAD + INSTRFN_MODE=trace, and no
-//! compiler-rt runtime involved.
+//! XRay sleds patched by the runtime itself (src/xray.rs, asm/x86_64-xray.s,
+//! asm/aarch64-xray.s), x86_64 and aarch64 (under qemu-user): Rust programs built with
+//! `-Zinstrument-xray` and C programs built with clang `-fxray-instrument`, traced with
+//! `instrfn record` or LD_PRELOAD + INSTRFN_MODE=trace, and no compiler-rt runtime involved.
 mod common;
 
 use common::*;
@@ -546,26 +546,26 @@ fn clang_xray_calltree() {
     }
 }
 
-/// The register harness (tests/fixtures/xray), statically linked with libinstrfn.a or on its
-/// own (for LD_PRELOAD).
-fn regs_harness(dir: &Path) -> (PathBuf, PathBuf) {
+/// The register harness (tests/fixtures/xray: regs.c and regs_<arch>.S) for `arch`, statically
+/// linked with libinstrfn.a or on its own (for LD_PRELOAD).
+fn regs_harness(arch: Arch, dir: &Path) -> (PathBuf, PathBuf) {
     let driver = fixture("xray/regs.c");
-    let harness = fixture("xray/regs_x86_64.S");
+    let harness = fixture(&format!("xray/regs_{}.S", arch.name));
     let st = cc(
-        X86_64,
+        arch,
         &[
             driver.as_os_str(),
             harness.as_os_str(),
             // (the driver's references to these are weak: they pull nothing in by themselves)
             OsStr::new("-Wl,-u,instrfn_stop,-u,instrfn_start"),
-            runtime_lib(X86_64, Lib::Static).as_os_str(),
+            runtime_lib(arch, Lib::Static).as_os_str(),
             OsStr::new("-lpthread"),
             OsStr::new("-ldl"),
         ],
         &dir.join("regs-static"),
     );
     let dy = cc(
-        X86_64,
+        arch,
         &[
             driver.as_os_str(),
             harness.as_os_str(),
@@ -576,11 +576,61 @@ fn regs_harness(dir: &Path) -> (PathBuf, PathBuf) {
     (st, dy)
 }
 
+/// Counts of the register harness's functions in its trace at `trace`: [entry xf, exit xf,
+/// entry xt, exit xt, exit xo], and the entries without exit of xf and xt; checked against
+/// `calls` (of each kind) as the `setting` the run had asks.
+fn assert_regs_counts(trace: &Path, calls: u64, setting: (&str, &str), context: &str) {
+    let p = &instrfn_dump(trace)[0];
+    let n = |kind: &str, f: &str| {
+        p.threads
+            .values()
+            .flatten()
+            .filter(|e| e.kind == kind && e.name == f)
+            .count() as u64
+    };
+    let got = [
+        n("entry", "xf"),
+        n("exit", "xf"),
+        n("entry", "xt"),
+        n("exit", "xt"),
+        n("exit", "xo"),
+    ];
+    match setting.0 {
+        "INSTRFN_EXITS" => {
+            assert_eq!(got, [0; 5], "{context}");
+            assert_eq!(
+                (n("entry-no-exit", "xf"), n("entry-no-exit", "xt")),
+                (calls, calls),
+                "{context}"
+            );
+        }
+        "INSTRFN_TRACE_LIMIT" => {
+            assert!(p.lost > 0, "{context}");
+            assert_eq!(got[0], got[1], "{context}");
+            assert_eq!(got[2], got[3], "{context}");
+            assert_eq!(got.iter().sum::<u64>() + p.lost, 5 * calls, "{context}");
+        }
+        _ => assert_eq!(got, [calls; 5], "{context}"),
+    }
+}
+
+/// The harness's settings: chunk sizes (1 MiB; 4 KiB: a refill every 252 events, through the
+/// slow path), the trace limit (losses), exits off (entries without exit), the mprotect route,
+/// and stopping with the sleds left patched (the trampolines run, recording off).
+const REGS_SETTINGS: [(&str, &str); 6] = [
+    ("INSTRFN_BUFSIZE", "1048576"),
+    ("INSTRFN_BUFSIZE", "4096"),
+    ("INSTRFN_TRACE_LIMIT", "100000"),
+    ("INSTRFN_EXITS", "0"),
+    ("INSTRFN_XRAY_WRITE", "mprotect"),
+    ("INSTRFN_XRAY_STOP", "pause"),
+];
+
 #[test]
 fn registers_survive_patched_sleds() {
     let dir = workdir("xray-regs");
     let trace = dir.join("trace");
-    let (st, dy) = regs_harness(&dir);
+    let (st, dy) = regs_harness(X86_64, &dir);
     // Plainly: the sleds are nops.
     let out = run_ok(&mut command(X86_64, &dy, &["check"], &[], &dir));
     assert_eq!(stdout_of(&out), "ok 3007 3007 3007\n");
@@ -590,15 +640,7 @@ fn registers_survive_patched_sleds() {
         (&dy, Some(Route::Preload)),
         (&dy, Some(Route::Record)),
     ] {
-        for setting in [
-            ("INSTRFN_BUFSIZE", "1048576"),
-            ("INSTRFN_BUFSIZE", "4096"),
-            ("INSTRFN_TRACE_LIMIT", "100000"),
-            ("INSTRFN_EXITS", "0"),
-            ("INSTRFN_XRAY_WRITE", "mprotect"),
-            // Stopped with the sleds left patched: the trampolines run, recording off.
-            ("INSTRFN_XRAY_STOP", "pause"),
-        ] {
+        for setting in REGS_SETTINGS {
             let context = format!("{} {route:?} {}={}", exe.display(), setting.0, setting.1);
             let out = match route {
                 Some(r) => traced(r, exe, &["check"], &[setting], &trace),
@@ -632,38 +674,7 @@ fn registers_survive_patched_sleds() {
             assert_eq!(stopped[2..], started[2..], "{context}: {text}");
             assert!(started.ends_with("90"), "{context}: {text}");
             assert!(text.ends_with("ok 3007 3007 3007\n"), "{context}: {text}");
-            let p = &instrfn_dump(&trace)[0];
-            let n = |kind: &str, f: &str| {
-                p.threads
-                    .values()
-                    .flatten()
-                    .filter(|e| e.kind == kind && e.name == f)
-                    .count() as u64
-            };
-            let got = [
-                n("entry", "xf"),
-                n("exit", "xf"),
-                n("entry", "xt"),
-                n("exit", "xt"),
-                n("exit", "xo"),
-            ];
-            match setting.0 {
-                "INSTRFN_EXITS" => {
-                    assert_eq!(got, [0; 5], "{context}");
-                    assert_eq!(
-                        (n("entry-no-exit", "xf"), n("entry-no-exit", "xt")),
-                        (CALLS, CALLS),
-                        "{context}"
-                    );
-                }
-                "INSTRFN_TRACE_LIMIT" => {
-                    assert!(p.lost > 0, "{context}");
-                    assert_eq!(got[0], got[1], "{context}");
-                    assert_eq!(got[2], got[3], "{context}");
-                    assert_eq!(got.iter().sum::<u64>() + p.lost, 5 * CALLS, "{context}");
-                }
-                _ => assert_eq!(got, [CALLS; 5], "{context}"),
-            }
+            assert_regs_counts(&trace, CALLS, setting, &context);
         }
     }
 }
@@ -672,7 +683,7 @@ fn registers_survive_patched_sleds() {
 fn the_harness_catches_clobbering_trampolines() {
     // Sleds patched by hand into calls of stubs that clobber rdi (entry) and rdx (exit).
     let dir = workdir("xray-regs-negative");
-    let (_, dy) = regs_harness(&dir);
+    let (_, dy) = regs_harness(X86_64, &dir);
     let out = run(&mut command(X86_64, &dy, &["fake"], &[], &dir));
     assert!(!out.status.success());
     let err = stderr_of(&out);
@@ -797,6 +808,178 @@ fn aarch64_sleds_patched_under_qemu() {
         ),
         (2, 2)
     );
+}
+
+/// The register harness on aarch64 (tests/fixtures/xray/regs_aarch64.S), under qemu: every
+/// register but x16/x17 and NZCV survives the entry, exit and tail trampolines — x0-x15 (x9-x15
+/// too: a sled is not a call boundary), x18-x30, sp, v0-v31 whole, FPCR and FPSR, and with
+/// SVE (qemu's CPU has it) z0-z31 and p0-p15 whole — on their fast paths (recording on, the
+/// 3000 calls in a row after start-up) and their slow paths (start-up, each new thread's
+/// first calls, chunk refills with 4 KiB chunks, the trace limit), exits off, recording
+/// stopped (sleds put back) and started again, and paused with the sleds left patched. The
+/// trace has every call of each kind, exactly.
+#[test]
+fn aarch64_registers_survive_patched_sleds_under_qemu() {
+    let dir = workdir("xray-regs-aarch64");
+    let trace = dir.join("trace");
+    let (st, dy) = regs_harness(AARCH64, &dir);
+    let out = run_ok(&mut command(AARCH64, &dy, &["check"], &[], &dir));
+    assert_eq!(stdout_of(&out), "ok 3007 3007 3007\n");
+    const CALLS: u64 = 3007;
+    for (exe, preload) in [(&st, false), (&dy, true)] {
+        for setting in REGS_SETTINGS {
+            let context = format!("{} {}={}", exe.display(), setting.0, setting.1);
+            let out = if preload {
+                qemu_traced(exe, &["check"], &[setting], &trace)
+            } else {
+                let _ = std::fs::remove_dir_all(&trace);
+                let env = [
+                    ("INSTRFN_MODE", "trace"),
+                    ("INSTRFN_OUTPUT", trace.to_str().unwrap()),
+                    setting,
+                ];
+                run_within(&mut command(AARCH64, exe, &["check"], &env, &dir), 300)
+            };
+            let text = stdout_of(&out);
+            // xf's entry sled, 32 bytes: stopped, its head is `b #32` again and the rest as
+            // patched (stp x0, x30, [sp, #-16]!; movz w17, #1; movk w17, #0, lsl #16;
+            // bl <stub>; ldp x0, x30, [sp], #16; nop; nop); started, the head is a nop again.
+            // (INSTRFN_XRAY_STOP=pause: patched throughout.)
+            let line = |label: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(label))
+                    .unwrap_or_else(|| panic!("{context}: no {label:?} line: {text}"))
+                    .to_string()
+            };
+            let (stopped, started) = (line("stopped "), line("started "));
+            if setting.0 == "INSTRFN_XRAY_STOP" {
+                assert_eq!(stopped, started, "{context}: {text}");
+            } else {
+                assert!(stopped.starts_with("08000014"), "{context}: {text}");
+            }
+            assert!(
+                started.starts_with("1f2003d5e07bbfa9310080521100a072"),
+                "{context}: {text}"
+            );
+            assert_eq!(stopped[8..], started[8..], "{context}: {text}");
+            assert!(
+                started.ends_with("e07bc1a81f2003d51f2003d5"),
+                "{context}: {text}"
+            );
+            assert!(text.ends_with("ok 3007 3007 3007\n"), "{context}: {text}");
+            assert_regs_counts(&trace, CALLS, setting, &context);
+        }
+    }
+}
+
+#[test]
+fn aarch64_the_harness_catches_clobbering_trampolines() {
+    // Sleds patched by hand (instrfn's form) into calls of fakes that clobber x5 (xf's entry),
+    // the high half of v3 (xf's exit) and x9 (xt's tail sled: caller-saved, but a sled must
+    // keep it too).
+    let dir = workdir("xray-regs-aarch64-negative");
+    let (_, dy) = regs_harness(AARCH64, &dir);
+    let out = run(&mut command(AARCH64, &dy, &["fake"], &[], &dir));
+    assert!(!out.status.success());
+    let err = stderr_of(&out);
+    assert!(err.contains("fake entry: register #5 clobbered\n"), "{err}");
+    assert!(
+        err.contains("fake exit: register #39 clobbered by the return\n"),
+        "{err}"
+    );
+    assert!(
+        err.contains("fake tail: register #9 clobbered by the return\n"),
+        "{err}"
+    );
+}
+
+/// tracesig.c (tests/fixtures/c) built with clang's XRay sleds for `arch`: signal handlers
+/// that run instrumented code between any two instructions of the XRay trampolines (under qemu
+/// with QEMU_SINGLESTEP, where a signal is delivered after any instruction and the sender
+/// signals again as soon as a handler ran; natively, wherever they land), with 4 KiB chunks,
+/// so that a handler's 200 events often take the next chunk while the code it interrupted
+/// holds a reservation in the one before, and push and pop shadow entries above one being
+/// pushed or popped. The last round walks the stack with backtrace() in every handler (the
+/// unwinder wrappers set the thread's unwound flag: the next events take the slow path).
+/// Every run: exact counts, every exit, properly nested, nothing lost.
+fn xray_signal_handlers_rounds(arch: Arch, name: &str) {
+    require_tool("clang");
+    let dir = workdir(name);
+    let obj = dir.join("tracesig.o");
+    run_ok(
+        Command::new("clang")
+            .arg(format!("--target={}", arch.triple.replace("-unknown", "")))
+            .args([
+                "-O2",
+                "-c",
+                "-fxray-instrument",
+                "-fxray-instruction-threshold=1",
+            ])
+            .arg(fixture("c/tracesig.c"))
+            .arg("-o")
+            .arg(&obj),
+    );
+    let exe = cc(
+        arch,
+        &[obj.as_os_str(), OsStr::new("-lpthread"), OsStr::new("-ldl")],
+        &dir.join("tracesig"),
+    );
+    let trace = dir.join("trace");
+    let lib = runtime_lib(arch, Lib::Shared);
+    for walk in [false, false, true] {
+        let context = format!("{name}{}", if walk { " backtrace" } else { "" });
+        let _ = std::fs::remove_dir_all(&trace);
+        let env = [
+            ("LD_PRELOAD", lib.to_str().unwrap()),
+            ("INSTRFN_MODE", "trace"),
+            ("INSTRFN_OUTPUT", trace.to_str().unwrap()),
+            ("INSTRFN_BUFSIZE", "4096"),
+        ];
+        let args: &[&str] = if walk { &["3000", "walk"] } else { &["3000"] };
+        let mut cmd = command(arch, &exe, args, &env, &dir);
+        cmd.env("QEMU_SINGLESTEP", "1");
+        let out = run_within(&mut cmd, 300);
+        let stdout = stdout_of(&out);
+        let words: Vec<&str> = stdout.split_whitespace().collect();
+        let (handled, calls): (u64, u64) = match words[..] {
+            ["handled", h, "calls", c] => (h.parse().unwrap(), c.parse().unwrap()),
+            _ => panic!("{context}: {stdout}"),
+        };
+        assert!(handled > 0, "{context}: no signal was handled");
+        assert!(
+            !meta_text(&trace).lines().any(|l| l.starts_with("lost ")),
+            "{context}: events lost"
+        );
+        let mut procs = instrfn_dump(&trace);
+        assert_eq!(procs.len(), 1, "{context}");
+        let p = procs.remove(0);
+        assert_eq!(p.lost, 0, "{context}: events lost");
+        for (tid, events) in &p.threads {
+            assert_nested(events, &format!("{context} thread {tid}"));
+        }
+        let counts = assert_balanced(&p, &context);
+        for (f, n) in [
+            ("work", calls),
+            ("on_signal", handled),
+            ("handler_fn", handled),
+            ("leaf", 2 * calls + 100 * handled),
+            ("main", 1),
+            ("sender", 1),
+        ] {
+            assert_eq!(count_of(&counts, "entry", f), n, "{context}: {f}");
+            assert_eq!(count_of(&counts, "exit", f), n, "{context}: {f}");
+        }
+    }
+}
+
+#[test]
+fn aarch64_signal_handlers_interrupt_xray_trampolines_under_qemu() {
+    xray_signal_handlers_rounds(AARCH64, "xray-tracesig-aarch64");
+}
+
+#[test]
+fn signal_handlers_interrupt_xray_trampolines() {
+    xray_signal_handlers_rounds(X86_64, "xray-tracesig");
 }
 
 /// The dlopen fixtures (tests/fixtures/xray/dlopen_main.c and plugin.c), clang XRay sleds, no

@@ -27,7 +27,10 @@ const SITE_PLAIN: usize = 1;
 /// entries only.
 const SITE_ENTRY_ONLY: usize = 2;
 
-trampoline_asm!("../../asm/aarch64.s";
+// The trampolines, then the XRay trampolines (src/xray.rs patches sleds to reach them), as one
+// block: asm/aarch64-xray.s uses asm/aarch64.s's macros (TLS_ADDR, TRACE_EVENT, SHADOW_RESERVE,
+// SHADOW_RELEASE) and this one operand list.
+trampoline_asm!("../../asm/aarch64.s" + "../../asm/aarch64-xray.s";
     TLS_TRACE_POS = const core::mem::offset_of!(crate::thread::Tls, trace_pos),
     TLS_TRACE_END = const core::mem::offset_of!(crate::thread::Tls, trace_end),
     TLS_SHADOW_TOP = const core::mem::offset_of!(crate::thread::Tls, shadow_top),
@@ -51,9 +54,6 @@ trampoline_asm!("../../asm/aarch64.s";
     SITE_PLAIN = const SITE_PLAIN,
     SITE_ENTRY_ONLY = const SITE_ENTRY_ONLY,
 );
-
-// The XRay trampolines (src/xray.rs patches sleds to reach them).
-trampoline_asm!("../../asm/aarch64-xray.s");
 
 /// `naked_asm!` as the assembly is written (default options).
 macro_rules! naked {

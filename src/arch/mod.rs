@@ -65,13 +65,15 @@ macro_rules! guarded_entry {
 /// Assembles an `asm/<arch>.s` with the layouts it shares with Rust passed as named `const`
 /// operands (`{TLS_GUARD}`, `{TBL_LEN}`, `{SLOT_COUNT}`, `{HASH_MUL}`, ...): every offset and
 /// constant is defined once, in `src/thread.rs` and `src/arcs.rs`. (rustc requires every operand
-/// to be used, so each file names all of them at least in its header comment; braces in the
+/// to be used, so each block names all of them at least in a header comment; braces in the
 /// files are placeholders, so they appear nowhere else.) An architecture may add operands of
-/// its own after a `;` (`NAME = const value, ...`).
+/// its own after a `;` (`NAME = const value, ...`). `"a.s" + "b.s"` assembles the files as one
+/// block, in that order (b.s may use a.s's macros).
 macro_rules! trampoline_asm {
-    ($file:literal $(, $opt:ident)? $(; $($name:ident = const $value:expr),+ $(,)?)?) => {
+    ($file:literal $(+ $more:literal)* $(, $opt:ident)? $(; $($name:ident = const $value:expr),+ $(,)?)?) => {
         core::arch::global_asm!(
             include_str!($file),
+            $(include_str!($more),)*
             TLS_TABLE = const core::mem::offset_of!(crate::thread::Tls, table),
             TLS_GUARD = const core::mem::offset_of!(crate::thread::Tls, guard),
             TBL_MASK = const crate::arcs::layout::MASK,
