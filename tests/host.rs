@@ -1917,7 +1917,23 @@ fn trace_losses_are_counted_exactly() {
             &[("INSTRFN_BUFSIZE", "16K")],
             &small,
             "cannot grow (No space left on device)",
-        )
+        );
+        // A hole in a trace file on the full file system (a chunk whose allocation failed
+        // while another thread's succeeded after it): reading its pages through a mapping
+        // would fault (SIGBUS on tmpfs, which must allocate them); readers skip holes.
+        let trace = small.join("trace");
+        let before = run_ok(Command::new(instrfn_cli()).arg("dump").arg(&trace)).stdout;
+        let stage = trace_files(&trace, ".stage").remove(0);
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&stage)
+            .unwrap();
+        f.set_len(f.metadata().unwrap().len() + (64 << 10)).unwrap();
+        // Whatever room is left goes (the run may have left a few pages free).
+        let mut filler = std::fs::File::create(small.join("filler")).unwrap();
+        while std::io::Write::write_all(&mut filler, &[1u8; 4096]).is_ok() {}
+        let after = run_ok(Command::new(instrfn_cli()).arg("dump").arg(&trace)).stdout;
+        assert!(before == after, "a hole changed the trace");
     });
     let _ = Command::new("umount").arg(&small).status();
     if let Err(e) = full {

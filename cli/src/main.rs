@@ -243,10 +243,22 @@ fn summary(output: &Path, mode: Mode, cmd: &std::ffi::OsStr) {
         }
         Mode::Trace => match Trace::open(output) {
             Ok(trace) => match trace_summary(&trace, output) {
-                (0, _) => hint("event"),
+                (0, _) if trace.processes.iter().all(|p| p.lost_total() == 0) => hint("event"),
                 (_, line) => eprintln!("{line}"),
             },
-            Err(_) => hint("event"),
+            // No meta file with a header: the program made none (it never started tracing), or
+            // its directory could take none (a full disk: the runtime said so).
+            Err(e) if e.to_string().contains("no trace in this directory") => hint("event"),
+            Err(e)
+                if e.to_string().contains("truncated")
+                    || e.to_string().contains("not an instrfn trace") =>
+            {
+                eprintln!(
+                    "instrfn: the trace in {} is incomplete ({e}): was its disk full?",
+                    output.display()
+                )
+            }
+            Err(e) => eprintln!("instrfn: cannot read the trace: {e}"),
         },
     }
 }

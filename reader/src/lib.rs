@@ -291,6 +291,33 @@ impl Trace {
     }
 }
 
+/// The byte ranges of a file that hold data, from `lseek(SEEK_DATA / SEEK_HOLE)`; the whole
+/// file where the file system cannot tell.
+fn data_ranges(f: &std::fs::File, len: usize) -> Vec<(usize, usize)> {
+    use std::os::fd::AsRawFd;
+    let fd = f.as_raw_fd();
+    let mut ranges = Vec::new();
+    let mut at = 0usize;
+    while at < len {
+        // SAFETY: lseek on a descriptor we own; it only moves the file offset.
+        let start = unsafe { libc::lseek(fd, at as libc::off_t, libc::SEEK_DATA) };
+        if start < 0 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO) {
+                break; // no data after `at`
+            }
+            return vec![(0, len)];
+        }
+        // SAFETY: as above.
+        let end = unsafe { libc::lseek(fd, start, libc::SEEK_HOLE) };
+        if end <= start {
+            return vec![(0, len)];
+        }
+        ranges.push((start as usize, (end as usize).min(len)));
+        at = end as usize;
+    }
+    ranges
+}
+
 /// Decodes a percent-encoded word (`-` is the empty word).
 pub fn decode_word(w: &str) -> String {
     if w == "-" {
@@ -562,10 +589,21 @@ impl Process {
         // mapping's length is fixed).
         let map = unsafe { memmap2::Mmap::map(&f) }
             .map_err(|e| error(path, format!("cannot map: {e}")))?;
+        // Only the parts of the file that hold data are read: a hole's page (a chunk whose
+        // allocation failed, the disk full) would have to be allocated to be read on some file
+        // systems (tmpfs), which fails with SIGBUS when it is full.
+        let data = data_ranges(&f, len);
+        // Where the data run that holds `offset` ends (None: a hole).
+        let data_end = |offset: usize| {
+            data.iter()
+                .find(|&&(a, b)| a <= offset && offset < b)
+                .map(|&(_, b)| b)
+        };
         // The first chunk that was written (one the collector prepared may stay all zero,
         // chunk 0 included): chunks start at multiples of 4096.
         let first = (0..len.saturating_sub(CHUNK_HEADER - 1))
             .step_by(4096)
+            .filter(|&o| data_end(o).is_some_and(|end| end >= o + CHUNK_HEADER))
             .find(|&o| map[o..o + 8].iter().any(|&b| b != 0));
         let Some(first) = first else {
             return Ok(None);
@@ -606,7 +644,11 @@ impl Process {
         }
         let mut offset = 0;
         while offset < len {
-            let chunk = &map[offset..len.min(offset + size)];
+            let Some(end) = data_end(offset) else {
+                offset += size;
+                continue;
+            };
+            let chunk = &map[offset..len.min(offset + size).min(end)];
             if chunk.len() < CHUNK_HEADER || chunk.iter().take(8).all(|&b| b == 0) {
                 // Allocated but never written (prepared and never taken, a staging chunk
                 // committed and cleared, or the process died before its header), or cut short.
