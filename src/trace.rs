@@ -259,6 +259,9 @@ pub fn start(dir: &[u8], chunk_bytes: usize, limit: u64, depth: usize, exits: bo
     }
     SESSION.meta_fd.store(meta, Ordering::Relaxed);
     SESSION.stage_fd.store(stage, Ordering::Relaxed);
+    META_BYTES.store(0, Ordering::Relaxed);
+    META_RESERVED.store(0, Ordering::Relaxed);
+    reserve_meta(meta);
     HIJACK.store(exits && !hardware_shadow_stack(), Ordering::Relaxed);
     if !HIJACK.load(Ordering::Relaxed) {
         arch::set_mode(2);
@@ -643,7 +646,65 @@ impl MetaLine {
         let fd = SESSION.meta_fd.load(Ordering::Relaxed);
         if fd >= 0 {
             let _ = sys::write_all(fd, self.buf.as_bytes());
+            let end = META_BYTES.fetch_add(self.buf.as_bytes().len() as u64, Ordering::Relaxed);
+            if end + META_SLACK > META_RESERVED.load(Ordering::Relaxed) {
+                reserve_meta(fd);
+            }
         }
+    }
+}
+
+/// The meta file's blocks are reserved ahead of its lines (`fallocate` beyond its end, in steps
+/// of this many bytes), so that a disk the events fill up still takes the lines that say what
+/// was lost and which threads ran.
+const META_STEP: u64 = 64 << 10;
+/// A new step is reserved when fewer bytes than this are left.
+const META_SLACK: u64 = 16 << 10;
+/// Bytes written to the meta file, and reserved for it.
+static META_BYTES: AtomicU64 = AtomicU64::new(0);
+static META_RESERVED: AtomicU64 = AtomicU64::new(0);
+static META_RESERVING: AtomicBool = AtomicBool::new(false);
+
+/// Reserves the next step of the meta file's blocks (one thread at a time; a failure, the disk
+/// full, leaves what was reserved).
+fn reserve_meta(fd: c_int) {
+    if META_RESERVING.swap(true, Ordering::Acquire) {
+        return;
+    }
+    let at = META_RESERVED.load(Ordering::Relaxed);
+    // SAFETY: fallocate of a range of our own file, keeping its size.
+    let r = unsafe {
+        libc::fallocate(
+            fd,
+            libc::FALLOC_FL_KEEP_SIZE,
+            at as libc::off_t,
+            META_STEP as libc::off_t,
+        )
+    };
+    if r == 0 {
+        META_RESERVED.store(at + META_STEP, Ordering::Relaxed);
+    }
+    META_RESERVING.store(false, Ordering::Release);
+}
+
+/// Gives back the meta file's blocks reserved beyond its end (at the end of the trace).
+fn release_meta() {
+    let fd = SESSION.meta_fd.load(Ordering::Relaxed);
+    let (end, reserved) = (
+        META_BYTES.load(Ordering::Relaxed),
+        META_RESERVED.load(Ordering::Relaxed),
+    );
+    if fd >= 0 && reserved > end {
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: fallocate of a range of our own file beyond its end, keeping its size.
+        unsafe {
+            libc::fallocate(
+                fd,
+                mode,
+                end as libc::off_t,
+                (reserved - end) as libc::off_t,
+            )
+        };
     }
 }
 
@@ -993,7 +1054,11 @@ fn event(tls: &mut Tls, block: &ThreadBlock, kind: usize, value: usize, ts: u64)
             break;
         }
     }
-    tls.trace_lost += 1;
+    // Losses count the program's events; a thread event that could not be written only names
+    // the thread, which its meta line does too.
+    if kind != EV_THREAD {
+        tls.trace_lost += 1;
+    }
 }
 
 /// Stores one event: the timestamp, then the tagged word that marks it written.
@@ -1658,6 +1723,7 @@ pub fn finish() {
         arch::CLOCK_NAME
     ));
     meta(format_args!("end {counter:#x} {mono}"));
+    release_meta();
 }
 
 /// In the child after fork: a trace of its own (new files; the parent's chunks are the

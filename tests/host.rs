@@ -1866,15 +1866,15 @@ fn trace_losses_are_counted_exactly() {
     // markers), the program runs as without instrfn, and what was recorded reads.
     let dir = workdir("trace-limit");
     let exe = build_pg(&dir, "calltree.c");
+    let churn = build_pg(&dir, "scenarios.c");
     const T: u64 = 2;
     const K: u64 = 2000;
     let made = 2 + T * (2 + 10 * K);
     let plain = run_ok(Command::new(&exe).args(["2", "2000"]));
-    let check = |env: &[(&str, &str)], dir: &Path, said: &str| {
-        let (out, trace) = record_trace(&exe, &["2", "2000"], env, dir);
-        assert_eq!(out.stdout, plain.stdout, "{said}");
-        let err = stderr_of(&out);
-        let summary = err.lines().last().unwrap();
+    // The summary's (events, threads, lost) of a recording.
+    let counts = |out: &std::process::Output| -> (u64, u64, u64) {
+        let err = stderr_of(out);
+        let summary = err.lines().last().unwrap().to_string();
         let number = |label: &str| -> u64 {
             summary
                 .split(", ")
@@ -1888,30 +1888,45 @@ fn trace_losses_are_counted_exactly() {
                 })
                 .unwrap_or_else(|| panic!("no {label} in {summary}"))
         };
-        let (recorded, lost) = (number(" events"), number(" lost"));
-        assert!(lost > 0 && recorded > 0, "{summary}");
-        assert_eq!(recorded + lost, made, "{summary}");
+        (number(" events"), number(" threads"), number(" lost"))
+    };
+    let check = |env: &[(&str, &str)], dir: &Path, said: &str| {
+        let (out, trace) = record_trace(&exe, &["2", "2000"], env, dir);
+        assert_eq!(out.stdout, plain.stdout, "{said}");
+        let err = stderr_of(&out);
+        let (recorded, _, lost) = counts(&out);
+        assert!(lost > 0 && recorded > 0, "{err}");
+        assert_eq!(recorded + lost, made, "{err}");
         assert!(err.contains(said), "{err}");
         let procs = instrfn_dump(&trace);
         assert_eq!(procs[0].lost, lost, "{said}: loss markers");
     };
     let env = [("INSTRFN_BUFSIZE", "4K"), ("INSTRFN_TRACE_LIMIT", "64K")];
     check(&env, &dir, "INSTRFN_TRACE_LIMIT");
+    // 400 short threads, 8 at a time, sharing chunks: what they make, from a full recording.
+    let churn_args = ["churn", "400", "20"];
+    let (out, _) = record_trace(&churn, &churn_args, &[("INSTRFN_BUFSIZE", "16K")], &dir);
+    let (churn_made, churn_threads, churn_lost) = counts(&out);
+    assert_eq!((churn_threads, churn_lost), (401, 0), "{}", stderr_of(&out));
     // A full disk: a 256 KiB tmpfs (CI runs as root; without root this fails, it does not
-    // pass). Chunks the events file cannot take stay in the staging file and are read there.
+    // pass). Chunks the events file cannot take stay in the staging file and are read there;
+    // the meta file's lines (threads, losses) go into blocks reserved ahead.
     let small = dir.join("small");
     std::fs::create_dir_all(&small).unwrap();
-    let _ = Command::new("umount").arg(&small).status();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
-        .arg(&small)
-        .status()
-        .unwrap();
-    assert!(
-        mounted.success(),
-        "cannot mount a small tmpfs at {} (the test needs root)",
-        small.display()
-    );
+    let mount = || {
+        let _ = Command::new("umount").arg(&small).status();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+            .arg(&small)
+            .status()
+            .unwrap();
+        assert!(
+            mounted.success(),
+            "cannot mount a small tmpfs at {} (the test needs root)",
+            small.display()
+        );
+    };
+    mount();
     let full = std::panic::catch_unwind(|| {
         check(
             &[("INSTRFN_BUFSIZE", "16K")],
@@ -1934,6 +1949,25 @@ fn trace_losses_are_counted_exactly() {
         while std::io::Write::write_all(&mut filler, &[1u8; 4096]).is_ok() {}
         let after = run_ok(Command::new(instrfn_cli()).arg("dump").arg(&trace)).stdout;
         assert!(before == after, "a hole changed the trace");
+        // The churn on a fresh full-size-256-KiB disk: every thread named, every loss counted
+        // (its meta file outgrows the page it starts in).
+        mount();
+        let (out, trace) = record_trace(&churn, &churn_args, &[("INSTRFN_BUFSIZE", "16K")], &small);
+        let (recorded, threads, lost) = counts(&out);
+        assert!(lost > 0, "{}", stderr_of(&out));
+        assert_eq!(
+            (recorded + lost, threads),
+            (churn_made, churn_threads),
+            "{}",
+            stderr_of(&out)
+        );
+        assert!(
+            std::fs::metadata(&trace_files(&trace, ".meta")[0])
+                .unwrap()
+                .len()
+                > 8192,
+            "a meta file this small does not show the reservation working"
+        );
     });
     let _ = Command::new("umount").arg(&small).status();
     if let Err(e) = full {
