@@ -932,6 +932,14 @@ pub(crate) fn commit(base: usize) -> bool {
     }
     let size = CHUNK_BYTES.load(Ordering::Relaxed);
     let offset = SESSION.committed.fetch_add(1, Ordering::Relaxed) as usize * size;
+    // The blocks first: the copy then needs no block reservation per page (on ext4 a third
+    // less CPU for it, measured), and a full disk shows before anything is copied.
+    // SAFETY: fallocate of a range of our own file.
+    let r = unsafe { syscall(libc::SYS_fallocate, [fd as usize, 0, offset, size, 0, 0]) };
+    if r < 0 && r != -(libc::EOPNOTSUPP as isize) {
+        set_full(-r as i32);
+        return false;
+    }
     let mut done = 0;
     while done < size {
         // SAFETY: pwrite from a mapped chunk to our own file.

@@ -1,11 +1,14 @@
 /* What it costs to persist trace data through the page cache, per 32 bytes (one traced call's
  * two events), in a directory given on the command line:
  *   cc -O2 scripts/bench/pagecache.c -o /tmp/pagecache && /tmp/pagecache DIR
- * Four ways to get 256 MiB into a file, in 1 MiB chunks:
+ * Five ways to get 256 MiB into a file, in 1 MiB chunks:
  *   fault      fallocate + mmap, then store (each page faults on first write)
- *   populate   fallocate + mmap + MADV_POPULATE_WRITE (what instrfn's collector does), then
- *              store: "prepare" is the collector's share, "write" the threads'
+ *   populate   fallocate + mmap + MADV_POPULATE_WRITE (what instrfn's collector did before
+ *              the staging file), then store: "prepare" is the collector's share, "write" the
+ *              threads'
  *   pwrite     store into one reused anonymous buffer, pwrite it out
+ *   fpwrite    the same, with each chunk's blocks fallocated before its pwrite (what the
+ *              collector does now, from a reused staging chunk)
  *   memory     store into one reused anonymous buffer only (no file: the floor)
  */
 #define _GNU_SOURCE
@@ -41,8 +44,8 @@ int main(int argc, char **argv) {
     }
     char path[4096];
     snprintf(path, sizeof path, "%s/instrfn-pagecache.%d", argv[1], (int)getpid());
-    const char *names[] = {"fault", "populate", "pwrite", "memory"};
-    for (int mode = 0; mode < 4; mode++) {
+    const char *names[] = {"fault", "populate", "pwrite", "fpwrite", "memory"};
+    for (int mode = 0; mode < 5; mode++) {
         int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
         if (fd < 0) {
             perror(path);
@@ -62,7 +65,9 @@ int main(int argc, char **argv) {
             }
             double t1 = now();
             fill(p);
-            if (mode == 2 && pwrite(fd, p, CHUNK, off) != (ssize_t)CHUNK) perror("pwrite");
+            if (mode == 3 && fallocate(fd, 0, off, CHUNK) != 0) perror("fallocate");
+            if ((mode == 2 || mode == 3) && pwrite(fd, p, CHUNK, off) != (ssize_t)CHUNK)
+                perror("pwrite");
             if (mode < 2) munmap(p, CHUNK);
             double t2 = now();
             prepare += t1 - t0;
