@@ -59,10 +59,11 @@ pub struct Config {
 }
 
 pub const DEFAULT_HZ: u32 = 1000;
-/// 1 MiB: a chunk switch (taking a prepared chunk, a futex wake, handing the old one back)
-/// costs a few microseconds, under 0.1 ns per 16-byte event spread over 65536 of them; a
-/// thread keeps two chunks mapped (the one it fills and the one before), and the collector
-/// keeps up to four prepared, so 1 MiB bounds the page cache a trace pins per thread.
+/// 1 MiB: a chunk switch (taking a ready chunk, a futex wake, handing the old one back to be
+/// committed) costs a few microseconds, under 0.1 ns per 16-byte event spread over 65536 of
+/// them; a thread holds two chunks of the staging file (the one it fills and the one before),
+/// and the collector keeps up to four ready, so 1 MiB bounds the page cache a trace pins per
+/// thread.
 pub const DEFAULT_BUFSIZE: usize = 1 << 20;
 const MIN_BUFSIZE: usize = 4096;
 const MAX_BUFSIZE: usize = 1 << 30;
