@@ -614,6 +614,68 @@ fn a_chunk_in_both_files_counts_once() {
 }
 
 #[test]
+fn a_staging_chunk_being_cleared_reads_as_unused() {
+    // The collector clears a committed staging chunk magic first, then the rest; a process
+    // that ends in between (exit kills the collector anywhere) leaves a chunk whose first 8
+    // bytes are zero and whose other pages still hold the old events. Readers take it as
+    // unused (its events are in the events file), wherever it lies in the staging file.
+    const CHUNK: usize = 16 << 10;
+    let dir = workdir("report-cleared-chunk");
+    let exe = build(&dir, "calltree.c", &["-pg"]);
+    let trace = record_env(&dir, &exe, &["2", "400"], &[("INSTRFN_BUFSIZE", "16K")]);
+    let dump = |d: &Path| {
+        String::from_utf8(run_ok(Command::new(instrfn_cli()).arg("dump").arg(d)).stdout).unwrap()
+    };
+    let before = dump(&trace);
+    let suffix = |s: &str| {
+        std::fs::read_dir(&trace)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.to_string_lossy().ends_with(s))
+            .unwrap()
+    };
+    let (events, stage) = (suffix(".events"), suffix(".stage"));
+    let committed = std::fs::read(&events).unwrap();
+    let at = (0..committed.len() / CHUNK)
+        .map(|i| i * CHUNK)
+        .find(|&o| committed[o..].starts_with(b"IFNCHNK1"))
+        .expect("a committed chunk");
+    let mut cleared = committed[at..at + CHUNK].to_vec();
+    cleared[..8].fill(0);
+    assert!(
+        cleared[4096..4104].iter().any(|&b| b != 0),
+        "old events past the first page"
+    );
+    let staged = std::fs::read(&stage).unwrap();
+    // In front of the live chunks, and after them.
+    for front in [true, false] {
+        let mut bytes = Vec::new();
+        if front {
+            bytes.extend_from_slice(&cleared);
+            bytes.extend_from_slice(&staged);
+        } else {
+            bytes.extend_from_slice(&staged);
+            bytes.extend_from_slice(&cleared);
+        }
+        std::fs::write(&stage, &bytes).unwrap();
+        assert_eq!(
+            dump(&trace),
+            before,
+            "a chunk being cleared (in front: {front})"
+        );
+    }
+    // Only such a chunk: an empty staging file's worth, not an error.
+    std::fs::write(&stage, &cleared).unwrap();
+    let out = run(Command::new(instrfn_cli()).arg("dump").arg(&trace));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn record_time_filters_leave_calls_out_and_count_them() {
     // INSTRFN_DEPTH=2: calltree's workers keep run and a (depth 1 and 2), b and c leave no
     // events (4 per a), counted. INSTRFN_MIN_DURATION=1ms: sleeps.c's 1000 tiny() calls leave

@@ -599,21 +599,24 @@ impl Process {
                 .find(|&&(a, b)| a <= offset && offset < b)
                 .map(|&(_, b)| b)
         };
-        // The first chunk that was written (one the collector prepared may stay all zero,
-        // chunk 0 included): chunks start at multiples of 4096.
-        let first = (0..len.saturating_sub(CHUNK_HEADER - 1))
-            .step_by(4096)
-            .filter(|&o| data_end(o).is_some_and(|end| end >= o + CHUNK_HEADER))
-            .find(|&o| map[o..o + 8].iter().any(|&b| b != 0));
-        let Some(first) = first else {
-            return Ok(None);
+        // The first chunk header (chunks start at multiples of 4096; one the collector
+        // prepared may stay all zero, chunk 0 included, and a staging chunk being cleared as the
+        // process ended has its magic zeroed and old events after it).
+        let starts = || {
+            (0..len.saturating_sub(CHUNK_HEADER - 1))
+                .step_by(4096)
+                .filter(|&o| data_end(o).is_some_and(|end| end >= o + CHUNK_HEADER))
         };
-        if &map[first..first + 8] != CHUNK_MAGIC {
-            return Err(error(
-                path,
-                format!("not an instrfn events file (bad chunk magic at offset {first})"),
-            ));
-        }
+        let Some(first) = starts().find(|&o| &map[o..o + 8] == CHUNK_MAGIC) else {
+            // None: nothing written, or (staging file) only chunks cleared or being cleared.
+            return match starts().find(|&o| map[o..o + 8].iter().any(|&b| b != 0)) {
+                Some(at) if file == 0 => Err(error(
+                    path,
+                    format!("not an instrfn events file (bad chunk magic at offset {at})"),
+                )),
+                _ => Ok(None),
+            };
+        };
         let u32_at = |b: &[u8], i: usize, le: bool| {
             let a: [u8; 4] = b[i..i + 4].try_into().unwrap();
             if le {
