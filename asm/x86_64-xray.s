@@ -1,11 +1,11 @@
 # instrfn XRay trampolines for x86_64 Linux (System V ABI), AT&T syntax: where patched XRay
 # sleds lead (src/xray.rs patches them; asm/x86_64.s is the annotated reference for the event
 # and shadow stack protocol, which these follow exactly), and the C-ABI entries that
-# instrfn-xray's compiler-rt handler continues in. Assembled as its own global_asm! block by
-# src/arch/x86_64.rs with the same operands as asm/x86_64.s; of the gmon layout ({TLS_TABLE},
-# {TBL_MASK}, {TBL_LEN}, {TBL_LIMIT}, {TBL_SHIFT}, {TBL_LAST}, {TBL_LOST}, {SLOT_SELF},
-# {SLOT_FROM}, {SLOT_COUNT}, {SLOT_SIZE}, {SLOT_SHIFT}, {HASH_MUL}) nothing is used here: XRay
-# sleds are patched in trace mode only.
+# instrfn-xray's compiler-rt handler continues in. Assembled by src/arch/x86_64.rs in one
+# global_asm! block after asm/x86_64.s, whose operands (its header lists them) and trace macros
+# this file uses: SCRATCH_SAVE/SCRATCH_RESTORE (the red zone), TIMESTAMP, TRACE_EVENT and
+# EVENT_WORD (events), SHADOW_RESERVE, SHADOW_RELEASE and SHADOW_POP (shadow entries). Of the
+# gmon layout nothing is used here: XRay sleds are patched in trace mode only.
 #
 # A sled as LLVM emits it, and as instrfn patches it (11 bytes; w = (id << 8) | 9):
 #   entry, tail call:  eb 09 <9 bytes of nop>   ->  68 <w:4> e8 <rel32> 90
@@ -124,6 +124,20 @@
     .endif
     .endm
 
+# XPROLOGUE via, at: a trampoline's first step (after the exit trampoline drops the pushed
+#   word): via sled, the CFI rule for the caller's %rsp (above the pushed word); the scratch
+#   registers into the red zone (SCRATCH_SAVE at); via call, the frame (%rsi) at -56(%rsp).
+#   Clobbers nothing.
+    .macro XPROLOGUE via, at
+    .ifc \via,sled
+    .cfi_val_offset %rsp, 8                 # the caller's %rsp: above the pushed word
+    .endif
+    SCRATCH_SAVE \at
+    .ifc \via,call
+    movq %rsi, -56(%rsp)
+    .endif
+    .endm
+
 # XSLOW via: the slow routine that returns as XRET does.
     .macro XSLOW via
     .ifc \via,sled
@@ -150,17 +164,7 @@
     .type \name,@function
 \name:
     .cfi_startproc
-    .ifc \via,sled
-    .cfi_val_offset %rsp, 8                 # the caller's %rsp: above the pushed word
-    .endif
-    movq %rax, -8(%rsp)
-    movq %rcx, -16(%rsp)
-    movq %rdx, -24(%rsp)
-    movq %rsi, -32(%rsp)
-    movq %rdi, -40(%rsp)
-    .ifc \via,call
-    movq %rsi, -56(%rsp)
-    .endif
+    XPROLOGUE \via, -8
     movq instrfn_tls@gottpoff(%rip), %rax   # offset of Tls from the thread pointer
     cmpq $0, %fs:{TLS_GUARD}(%rax)          # guard held: runtime code is running here
     jne .Lxe_out_\name
@@ -177,65 +181,30 @@
     cmpq $0, %fs:{TLS_UNWOUND}(%rax)
     jne .Lxe_slow_\name
     XSLOT \via, %rdi                        # the return slot
-    movq %fs:{TLS_SHADOW_TOP}(%rax), %rcx
-    cmpq %fs:{TLS_SHADOW_BASE}(%rax), %rcx
-    je 1f
-    cmpq %rdi, {SH_SLOT}-{SH_BYTES}(%rcx)   # the newest entry's frame at or below ours is gone
-    jbe .Lxe_slow_\name                     # (longjmp, unwinding), or being pushed (slot 0)
-1:  movq %rax, %rcx                         # rcx = Tls offset from here on
-    movq ${SH_BYTES}, %rdi
-    xaddq %rdi, %fs:{TLS_SHADOW_TOP}(%rcx)  # rdi = our shadow entry (its slot is 0)
-    leaq {SH_BYTES}(%rdi), %rax
-    cmpq %fs:{TLS_SHADOW_END}(%rcx), %rax
-    ja .Lxe_unpush_\name                    # full (or no shadow stack yet): the slow path
+    # our shadow entry (the newest one's frame at or below ours: slow path; full, or no shadow
+    # stack yet: given back, slow path)
+    SHADOW_RESERVE .Lxe_slow_\name, .Lxe_unpush_\name
     movq %rdi, -48(%rsp)
-    rdtsc
-    shlq $32, %rdx
-    orq %rax, %rdx                          # rdx = timestamp
-2:  movq %fs:{TLS_TRACE_POS}(%rcx), %rax    # our event, if there is room
-    leaq 16(%rax), %rdi
-    cmpq %fs:{TLS_TRACE_END}(%rcx), %rdi
-    ja .Lxe_unpush_\name                    # past the chunk's end (or no chunk): slow path
-    cmpxchgq %rdi, %fs:{TLS_TRACE_POS}(%rcx) # claimed, unless a handler moved it: again
-    jne 2b
-    movq %rdx, (%rax)                       # timestamp, then the word that marks it written
-    movq %rsi, %rdx
-    shlq ${EV_SHIFT}, %rdx
-    orq ${EV_ENTRY}, %rdx
-    movq %rdx, 8(%rax)
+    TIMESTAMP
+    # our event (past the chunk's end, or no chunk: the entry given back, slow path)
+    TRACE_EVENT 2, %rdi, .Lxe_unpush_\name, %rsi, %rdx, ${EV_ENTRY}
     movq -48(%rsp), %rax                    # the shadow entry: function, ret 0, slot last
     movq %rsi, {SH_FN}(%rax)
     movq $0, {SH_RET}(%rax)
     XSLOT \via, %rdi
     movq %rdi, {SH_SLOT}(%rax)
 .Lxe_out_\name:
-    movq -8(%rsp), %rax
-    movq -16(%rsp), %rcx
-    movq -24(%rsp), %rdx
-    movq -32(%rsp), %rsi
-    movq -40(%rsp), %rdi
+    SCRATCH_RESTORE -8
     XRET \via
 .Lxe_noexit_\name:
     # INSTRFN_EXITS=off (exit sleds are not patched then), or no exit sled: an entry without
     # exit.
-    movq %rax, %rcx
-    rdtsc
-    shlq $32, %rdx
-    orq %rax, %rdx
-3:  movq %fs:{TLS_TRACE_POS}(%rcx), %rax
-    leaq 16(%rax), %rdi
-    cmpq %fs:{TLS_TRACE_END}(%rcx), %rdi
-    ja .Lxe_slow_\name
-    cmpxchgq %rdi, %fs:{TLS_TRACE_POS}(%rcx)
-    jne 3b
-    movq %rdx, (%rax)
-    movq %rsi, %rdx
-    shlq ${EV_SHIFT}, %rdx
-    orq ${EV_NOEXIT}, %rdx
-    movq %rdx, 8(%rax)
+    movq %rax, %rcx                         # rcx = Tls offset from here on
+    TIMESTAMP
+    TRACE_EVENT 3, %rdi, .Lxe_slow_\name, %rsi, %rdx, ${EV_NOEXIT}
     jmp .Lxe_out_\name
 .Lxe_unpush_\name:
-    subq ${SH_BYTES}, %fs:{TLS_SHADOW_TOP}(%rcx) # give the shadow entry back (slot still 0)
+    SHADOW_RELEASE
 .Lxe_slow_\name:
     # rsi = the table entry
     leaq instrfn_xray_slow(%rip), %rcx
@@ -275,17 +244,7 @@
     leaq 8(%rsp), %rsp                      # dropped: now (%rsp) = the function's return
     .cfi_def_cfa_offset 8                   # address, and the word is at -8(%rsp)
     .endif
-    .ifc \via,sled
-    .cfi_val_offset %rsp, 8                 # the caller's %rsp: above the pushed word
-    .endif
-    movq %rax, -48(%rsp)
-    movq %rcx, -16(%rsp)
-    movq %rdx, -24(%rsp)
-    movq %rsi, -32(%rsp)
-    movq %rdi, -40(%rsp)
-    .ifc \via,call
-    movq %rsi, -56(%rsp)
-    .endif
+    XPROLOGUE \via, -48
     movq instrfn_tls@gottpoff(%rip), %rcx
     cmpq $0, %fs:{TLS_GUARD}(%rcx)
     jne .Lx_out_\name
@@ -301,29 +260,13 @@
     subq ${SH_BYTES}, %rdi                  # the newest entry
     cmpq %rdx, {SH_SLOT}(%rdi)
     jne .Lx_none_\name
-    # Ours: its entry was recorded, so its exit is, recording on or off.
-    rdtsc
-    shlq $32, %rdx
-    orq %rax, %rdx                          # timestamp
-1:  movq %fs:{TLS_TRACE_POS}(%rcx), %rax
-    leaq 16(%rax), %rsi
-    cmpq %fs:{TLS_TRACE_END}(%rcx), %rsi
-    ja .Lx_reload_\name                     # no room: the slow path does it all
-    cmpxchgq %rsi, %fs:{TLS_TRACE_POS}(%rcx)
-    jne 1b
-    movq %rdx, (%rax)
-    movq {SH_FN}(%rdi), %rsi                # the function that returns
-    shlq ${EV_SHIFT}, %rsi
-    orq ${EV_EXIT}, %rsi
-    movq %rsi, 8(%rax)
-    movq $0, {SH_SLOT}(%rdi)                # free entries have slot 0
-    movq %rdi, %fs:{TLS_SHADOW_TOP}(%rcx)   # popped
+    # Ours: its entry was recorded, so its exit is, recording on or off: the event of the
+    # function that returns (no room: the slow path does it all), then the entry popped.
+    TIMESTAMP
+    TRACE_EVENT 1, %rsi, .Lx_reload_\name, {SH_FN}(%rdi), %rsi, ${EV_EXIT}
+    SHADOW_POP %rdi
 .Lx_out_\name:
-    movq -48(%rsp), %rax
-    movq -16(%rsp), %rcx
-    movq -24(%rsp), %rdx
-    movq -32(%rsp), %rsi
-    movq -40(%rsp), %rdi
+    SCRATCH_RESTORE -48
     XRET \via
 .Lx_none_\name:
     # No entry of this frame on top. Recording off: nothing to do. A function without entry
@@ -332,19 +275,8 @@
     je .Lx_out_\name
     btq $63, %rsi
     jnc .Lx_slow_\name
-    rdtsc
-    shlq $32, %rdx
-    orq %rax, %rdx
-2:  movq %fs:{TLS_TRACE_POS}(%rcx), %rax
-    leaq 16(%rax), %rdi
-    cmpq %fs:{TLS_TRACE_END}(%rcx), %rdi
-    ja .Lx_slow_\name
-    cmpxchgq %rdi, %fs:{TLS_TRACE_POS}(%rcx)
-    jne 2b
-    movq %rdx, (%rax)
-    shlq ${EV_SHIFT}, %rsi                  # (bit 63 shifted out)
-    orq ${EV_EXIT}, %rsi
-    movq %rsi, 8(%rax)
+    TIMESTAMP
+    TRACE_EVENT 2, %rdi, .Lx_slow_\name, %rsi, %rsi, ${EV_EXIT} # (bit 63 shifted out)
     jmp .Lx_out_\name
 .Lx_reload_\name:
     XFN \via

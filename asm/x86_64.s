@@ -2,9 +2,11 @@
 #
 # This is the annotated reference: the other architectures follow the same plan and their files
 # only document how they differ. The file is assembled as one `global_asm!` block by
-# src/arch/x86_64.rs; the exported names (mcount, _mcount, __fentry__, the gcrt entry points and
-# the C API) are naked Rust functions there that jump into the routines below, because a cdylib
-# exports only symbols that rustc itself defines.
+# src/arch/x86_64.rs, followed by asm/x86_64-xray.s (the XRay trampolines, which use this
+# file's operands and its trace macros: SCRATCH_SAVE, SCRATCH_RESTORE, TIMESTAMP, EVENT_WORD,
+# TRACE_EVENT, SHADOW_RESERVE, SHADOW_RELEASE, SHADOW_POP); the exported names (mcount, _mcount,
+# __fentry__, the gcrt entry points and the C API) are naked Rust functions there that jump
+# into the routines below, because a cdylib exports only symbols that rustc itself defines.
 #
 # Plan of every counting call
 #   fast path  (this file, no stack frame): the guard is clear and the arc (from_pc, self_pc) is
@@ -117,6 +119,122 @@ instrfn_x86_64_xsave_size:
 5:
     .endm
 
+# Trace mode's building blocks, shared by the trampolines here and the XRay ones
+# (asm/x86_64-xray.s, assembled after this file in the same block). A signal handler on this
+# thread may run between any two of their instructions (never inside one) and record events and
+# push shadow entries of its own; only this thread (and so its handlers) ever writes its Tls, so
+# the reservations need no lock prefix, only single instructions and the order below.
+# All of them address the Tls through %fs with its offset from the thread pointer in a register
+# (instrfn_tls@gottpoff); all but SCRATCH_SAVE, SCRATCH_RESTORE and SHADOW_POP clobber the
+# flags.
+#
+# SCRATCH_SAVE at / SCRATCH_RESTORE at: the fast paths' scratch registers in the red zone
+#   below %rsp, which must not move in between: rax at \at(%rsp) (-8, or -48 where -8 holds
+#   something else), rcx at -16, rdx at -24, rsi at -32, rdi at -40. Clobber nothing else.
+    .macro SCRATCH_SAVE at
+    movq %rax, \at(%rsp)
+    movq %rcx, -16(%rsp)
+    movq %rdx, -24(%rsp)
+    movq %rsi, -32(%rsp)
+    movq %rdi, -40(%rsp)
+    .endm
+    .macro SCRATCH_RESTORE at
+    movq \at(%rsp), %rax
+    movq -16(%rsp), %rcx
+    movq -24(%rsp), %rdx
+    movq -32(%rsp), %rsi
+    movq -40(%rsp), %rdi
+    .endm
+
+# TIMESTAMP: rdx = the trace clock, the time-stamp counter (rdtsc's edx:eax as one word; what
+#   src/arch/x86_64.rs counter() reads). Clobbers rax.
+    .macro TIMESTAMP
+    rdtsc
+    shlq $32, %rdx
+    orq %rax, %rdx                          # rdx = timestamp
+    .endm
+
+# EVENT_WORD dst, fn, kind: dst = fn << {EV_SHIFT} | kind, the tagged word of an event of
+#   function fn (a register, dst itself included, or a memory operand); kind = $EV_ENTRY,
+#   $EV_EXIT or $EV_NOEXIT. Clobbers nothing else.
+    .macro EVENT_WORD dst, fn, kind
+    .ifnc \fn,\dst
+    movq \fn, \dst
+    .endif
+    shlq ${EV_SHIFT}, \dst
+    orq \kind, \dst
+    .endm
+
+# TRACE_EVENT again, next, full, fn, tmp, kind: reserves this thread's next event and writes
+#   it. In: rcx = the Tls offset, rdx = the timestamp; fn, tmp, kind as EVENT_WORD's (fn is
+#   read only once the event is reserved and written, so it must not be or use rax or next).
+#   `again` is a numeric label defined here at the loop head (a caller may jump back to
+#   `again`b with rdx = a timestamp to reserve anew).
+#   The event is reserved with a cmpxchg of the chunk position against the room checked just
+#   before: rax = trace_pos, next = rax + {EV_BYTES}, next <= trace_end, then trace_pos =
+#   next if it still is rax. A handler that moved it meanwhile (events of its own, or a new
+#   chunk for the thread) makes the cmpxchg fail: again. So an event is never reserved past a
+#   chunk's end and never left unwritten.
+#   No room (past the chunk's end, or no chunk: trace_end 0): jumps to `full` with nothing
+#   reserved; rax and next clobbered, rdx intact.
+#   Else writes the timestamp, then the word that marks the event written (EVENT_WORD tmp, fn,
+#   kind). Out: rax = the event. Clobbers next and tmp (tmp may be next, rdx, or fn itself).
+    .macro TRACE_EVENT again, next, full, fn, tmp, kind
+\again:
+    movq %fs:{TLS_TRACE_POS}(%rcx), %rax    # our event, if there is room
+    leaq {EV_BYTES}(%rax), \next
+    cmpq %fs:{TLS_TRACE_END}(%rcx), \next
+    ja \full                                # past the chunk's end (or no chunk)
+    cmpxchgq \next, %fs:{TLS_TRACE_POS}(%rcx) # claimed, unless a handler moved it: again
+    jne \again\()b
+    movq %rdx, (%rax)                       # timestamp, then the word that marks it written
+    EVENT_WORD \tmp, \fn, \kind
+    movq \tmp, 8(%rax)
+    .endm
+
+# SHADOW_RESERVE slow, full: reserves a shadow entry for the frame whose return slot is rdi.
+#   In: rax = the Tls offset, rdi = the return slot.
+#   The newest entry, if any, must belong to a frame above ours: if its slot is at or below
+#   rdi, its frame is gone (longjmp, unwinding), or it is being pushed (slot 0): jumps to
+#   `slow` with nothing reserved (rcx clobbered), and the slow path sorts it out.
+#   The entry is reserved with one xadd of {SH_BYTES} to shadow_top (a handler that interrupts
+#   us after it pushes above it). Its slot is 0, as every free entry's: 0 tells a handler's
+#   slow path that the entry is still being pushed (alive); the caller fills the entry and
+#   writes its slot last.
+#   Out: rcx = the Tls offset, rdi = our entry, rax = its end. Full (or no shadow stack yet:
+#   shadow_end 0): jumps to `full` with the entry reserved, to be given back (SHADOW_RELEASE).
+    .macro SHADOW_RESERVE slow, full
+    movq %fs:{TLS_SHADOW_TOP}(%rax), %rcx
+    cmpq %fs:{TLS_SHADOW_BASE}(%rax), %rcx
+    je .Lshadow_empty\@
+    cmpq %rdi, {SH_SLOT}-{SH_BYTES}(%rcx)   # the newest entry's frame at or below ours is
+    jbe \slow                               # gone (longjmp), or being pushed (slot 0): the
+                                            # slow path sorts it out
+.Lshadow_empty\@:
+    movq %rax, %rcx                         # rcx = Tls offset from here on
+    movq ${SH_BYTES}, %rdi
+    xaddq %rdi, %fs:{TLS_SHADOW_TOP}(%rcx)  # rdi = our shadow entry (its slot is 0)
+    leaq {SH_BYTES}(%rdi), %rax
+    cmpq %fs:{TLS_SHADOW_END}(%rcx), %rax
+    ja \full                                # full: nothing recorded yet
+    .endm
+
+# SHADOW_RELEASE: gives back the entry SHADOW_RESERVE reserved, its slot still 0 (a handler
+#   that pushed above it meanwhile has popped again, so it is the newest): shadow_top -=
+#   {SH_BYTES}, one instruction. In: rcx = the Tls offset.
+    .macro SHADOW_RELEASE
+    subq ${SH_BYTES}, %fs:{TLS_SHADOW_TOP}(%rcx) # give the shadow entry back (slot still 0)
+    .endm
+
+# SHADOW_POP entry: pops the newest shadow entry (a register) once its exit is written: its
+#   slot zeroed first (free entries have slot 0, which SHADOW_RESERVE relies on), then
+#   shadow_top = entry. Until then a handler that interrupts us finds the entry intact (it
+#   pushes and pops above it). In: rcx = the Tls offset.
+    .macro SHADOW_POP entry
+    movq $0, {SH_SLOT}(\entry)                 # free entries have slot 0
+    movq \entry, %fs:{TLS_SHADOW_TOP}(%rcx)    # popped
+    .endm
+
 # FAST_PATH name, self, from, trace
 #   Entry: \self is the operand holding self_pc (the callee), \from the one holding from_pc
 #   (the caller). mcount and __fentry__: (%rsp) = self_pc, the return address into the
@@ -126,7 +244,8 @@ instrfn_x86_64_xsave_size:
 #   replaced by instrfn_x86_64_exit so that the return is seen too), `enter` / `exit` (an entry
 #   or exit event of self_pc, nothing replaced); `exit` counts nothing in gmon mode.
 #   Registers: every register is preserved. rax, rcx, rdx, rsi and rdi are used as scratch and
-#   saved in the red zone at -8 .. -40(%rsp); flags are clobbered (a call may clobber them).
+#   saved in the red zone at -8 .. -40(%rsp) (SCRATCH_SAVE -8); flags are clobbered (a call
+#   may clobber them).
 #   In the gmon body: rax = table, rsi = self_pc, rdx = from_pc, rdi = slot byte offset.
 #   The stack is never adjusted, so the CFA is %rsp+8 throughout and no CFI rows are needed
 #   beyond the default.
@@ -137,11 +256,7 @@ instrfn_x86_64_xsave_size:
     .type instrfn_x86_64_\name,@function
 instrfn_x86_64_\name:
     .cfi_startproc
-    movq %rax, -8(%rsp)
-    movq %rcx, -16(%rsp)
-    movq %rdx, -24(%rsp)
-    movq %rsi, -32(%rsp)
-    movq %rdi, -40(%rsp)
+    SCRATCH_SAVE -8
     movq instrfn_tls@gottpoff(%rip), %rax   # offset of Tls from the thread pointer
     movq \from, %rdx                        # from_pc
     movq \self, %rsi                        # self_pc
@@ -173,11 +288,7 @@ instrfn_x86_64_\name:
     incq {SLOT_COUNT}(%rax,%rdi)                 # slot.count: one instruction, so a signal handler
                                             # that counts on this thread never tears it
 .Lout_\name:
-    movq -8(%rsp), %rax
-    movq -16(%rsp), %rcx
-    movq -24(%rsp), %rdx
-    movq -32(%rsp), %rsi
-    movq -40(%rsp), %rdi
+    SCRATCH_RESTORE -8
     ret
 .Lmiss_\name:
     cmpq $0, {SLOT_SELF}(%rax,%rdi)              # empty slot: the arc is not in the table
@@ -230,10 +341,11 @@ instrfn_x86_64_\name:
     # instructions and record events and push shadow entries of its own:
     # - the shadow entry is reserved with one xadd (a handler pushes above it), and its slot
     #   is written last: a free entry's slot is 0, and 0 tells a handler's slow path that the
-    #   entry is still being pushed (alive);
+    #   entry is still being pushed (alive) (SHADOW_RESERVE);
     # - the event is reserved with a cmpxchg of the chunk position against the room checked
     #   just before, retried if a handler moved it (or gave the thread a new chunk) meanwhile:
-    #   so an event is never reserved past a chunk's end and never left unwritten.
+    #   so an event is never reserved past a chunk's end and never left unwritten
+    #   (TRACE_EVENT).
     # The return slot is replaced last.
     .ifc \trace,hijack
     cmpb $2, instrfn_mode(%rip)             # exits off (INSTRFN_EXITS): entries only
@@ -241,40 +353,18 @@ instrfn_x86_64_\name:
     cmpq $0, %fs:{TLS_UNWOUND}(%rax)
     jne .Ltslow_\name
     leaq \from, %rdi                        # the return slot
-    movq %fs:{TLS_SHADOW_TOP}(%rax), %rcx
-    cmpq %fs:{TLS_SHADOW_BASE}(%rax), %rcx
-    je 1f
-    cmpq %rdi, {SH_SLOT}-{SH_BYTES}(%rcx)         # the newest entry's frame at or below ours is
-    jbe .Ltslow_\name                       # gone (longjmp), or being pushed (slot 0): the
-                                            # slow path sorts it out
-1:  movq %rax, %rcx                         # rcx = Tls offset from here on
-    movq ${SH_BYTES}, %rdi
-    xaddq %rdi, %fs:{TLS_SHADOW_TOP}(%rcx)        # rdi = our shadow entry (its slot is 0)
-    leaq {SH_BYTES}(%rdi), %rax
-    cmpq %fs:{TLS_SHADOW_END}(%rcx), %rax
-    ja .Ltunpush_\name                       # full: the slow path records an entry only
+    SHADOW_RESERVE .Ltslow_\name, .Ltunpush_\name # full: the slow path records an entry only
     movq %rdi, -48(%rsp)                    # (the shadow entry, while rdi holds the end)
     .else
-    movq %rax, %rcx
+    movq %rax, %rcx                         # rcx = Tls offset from here on
     .endif
-    rdtsc
-    shlq $32, %rdx
-    orq %rax, %rdx                          # rdx = timestamp
-2:  movq %fs:{TLS_TRACE_POS}(%rcx), %rax     # our event, if there is room
-    leaq 16(%rax), %rdi
-    cmpq %fs:{TLS_TRACE_END}(%rcx), %rdi
-    ja .Ltnochunk_\name                      # past the chunk's end (or no chunk): slow path
-    cmpxchgq %rdi, %fs:{TLS_TRACE_POS}(%rcx)      # claimed, unless a handler moved it: again
-    jne 2b
-    movq %rdx, (%rax)                       # timestamp, then the word that marks it written
-    movq %rsi, %rdx
-    shlq ${EV_SHIFT}, %rdx
+    TIMESTAMP
+    # the event (past the chunk's end, or no chunk: the slow path)
     .ifc \trace,exit
-    orq ${EV_EXIT}, %rdx
+    TRACE_EVENT 2, %rdi, .Ltnochunk_\name, %rsi, %rdx, ${EV_EXIT}
     .else
-    orq ${EV_ENTRY}, %rdx
+    TRACE_EVENT 2, %rdi, .Ltnochunk_\name, %rsi, %rdx, ${EV_ENTRY}
     .endif
-    movq %rdx, 8(%rax)
     .ifc \trace,hijack
     movq -48(%rsp), %rax                    # the shadow entry
     leaq \from, %rdi
@@ -288,32 +378,20 @@ instrfn_x86_64_\name:
     jmp .Lout_\name
 .Ltnochunk_\name:
     .ifc \trace,hijack
-    subq ${SH_BYTES}, %fs:{TLS_SHADOW_TOP}(%rcx)  # give the shadow entry back (slot still 0)
+    SHADOW_RELEASE
     .endif
     jmp .Ltslow_\name
     .ifc \trace,hijack
 .Ltnoexit_\name:
     # An entry without exit: the event alone (kind EV_NOEXIT), nothing replaced.
     movq %rax, %rcx
-    rdtsc
-    shlq $32, %rdx
-    orq %rax, %rdx
-3:  movq %fs:{TLS_TRACE_POS}(%rcx), %rax
-    leaq 16(%rax), %rdi
-    cmpq %fs:{TLS_TRACE_END}(%rcx), %rdi
-    ja .Ltslow_\name
-    cmpxchgq %rdi, %fs:{TLS_TRACE_POS}(%rcx)
-    jne 3b
-    movq %rdx, (%rax)
-    movq %rsi, %rdx
-    shlq ${EV_SHIFT}, %rdx
-    orq ${EV_NOEXIT}, %rdx
-    movq %rdx, 8(%rax)
+    TIMESTAMP
+    TRACE_EVENT 3, %rdi, .Ltslow_\name, %rsi, %rdx, ${EV_NOEXIT}
     jmp .Lout_\name
     .endif
 .Ltunpush_\name:
     .ifc \trace,hijack
-    subq ${SH_BYTES}, %fs:{TLS_SHADOW_TOP}(%rcx)
+    SHADOW_RELEASE
     .endif
 .Ltslow_\name:
     # hand over to instrfn_x86_64_slow as above, calling instrfn_trace_slow(tls, slot, self_pc)
@@ -463,8 +541,8 @@ instrfn_x86_64_\name:
 #   fast part touches GPRs only, and never x87/MMX state; the slow part saves the whole
 #   extended state). Writes the exit event of the newest shadow entry (if it is the returning
 #   frame's), then pops it (slot zeroed: free), and returns to the original return address,
-#   pushed back in place of ours. Events are reserved as in FAST_PATH (cmpxchg against the
-#   room just checked).
+#   pushed back in place of ours. Events are reserved as in FAST_PATH (TRACE_EVENT: cmpxchg
+#   against the room just checked).
 #   Frame: CFA_f-8 the original return address (our ret pops it), CFA_f-16 .. -48 rax, rcx, rdx,
 #   rsi, rdi. The CFI marks the return address undefined: an unwinder that reaches this
 #   trampoline stops here (the unwinder entry points are wrapped to put the real return addresses
@@ -496,30 +574,19 @@ instrfn_x86_64_exit:
     jne .Lexit_pop
     cmpb $0, instrfn_enabled(%rip)
     je .Lexit_pop
-    rdtsc
-    shlq $32, %rdx
-    orq %rax, %rdx                          # timestamp
+    TIMESTAMP
     cmpq $0, instrfn_min_ticks(%rip)
     jne .Lexit_short
-1:  movq %fs:{TLS_TRACE_POS}(%rcx), %rax     # our event, reserved as in the entry's fast path
-    leaq 16(%rax), %rdi
-    cmpq %fs:{TLS_TRACE_END}(%rcx), %rdi
-    ja .Lexit_slow                          # no room: the slow path does it all (the entry
-                                            # is still pushed)
-    cmpxchgq %rdi, %fs:{TLS_TRACE_POS}(%rcx)
-    jne 1b
-    movq %rdx, (%rax)
-    movq {SH_FN}(%rsi), %rdi                # the function that returned
-    shlq ${EV_SHIFT}, %rdi
-    orq ${EV_EXIT}, %rdi
-    movq %rdi, 8(%rax)
+    # Our event, reserved as in the entry's fast path, of the function that returned (at 1:,
+    # where .Lexit_short comes back). No room: the slow path does it all (the entry is still
+    # pushed).
+    TRACE_EVENT 1, %rdi, .Lexit_slow, {SH_FN}(%rsi), %rdi, ${EV_EXIT}
 .Lexit_pop:
     # Popped after the event: until here a handler that interrupts us finds the entry intact
     # (it pushes and pops above it).
     movq {SH_RET}(%rsi), %rdi
     movq %rdi, 40(%rsp)                     # return there
-    movq $0, {SH_SLOT}(%rsi)                     # free entries have slot 0
-    movq %rsi, %fs:{TLS_SHADOW_TOP}(%rcx)        # popped
+    SHADOW_POP %rsi
 .Lexit_out:
     popq %rdi
     popq %rsi
@@ -536,9 +603,7 @@ instrfn_x86_64_exit:
     cmpq $0, %fs:{TLS_TRACE_END}(%rcx)
     je 1b
     movq %fs:{TLS_TRACE_POS}(%rcx), %rdi     # just past the newest event
-    movq {SH_FN}(%rsi), %rax
-    shlq ${EV_SHIFT}, %rax
-    orq ${EV_ENTRY}, %rax                    # our entry's tag
+    EVENT_WORD %rax, {SH_FN}(%rsi), ${EV_ENTRY} # our entry's tag
     cmpq %rax, -8(%rdi)
     jne 1b                                  # not ours (the first event of a chunk finds the
                                             # header's zero word there)
@@ -553,13 +618,10 @@ instrfn_x86_64_exit:
     jne 2f
     incq %fs:{TLS_DROPPED}(%rcx)
     jmp .Lexit_pop
-2:  movq {SH_FN}(%rsi), %rax                # a handler came in between: the entry stays
-    shlq ${EV_SHIFT}, %rax
-    orq ${EV_ENTRY}, %rax
+2:                                          # a handler came in between: the entry stays
+    EVENT_WORD %rax, {SH_FN}(%rsi), ${EV_ENTRY}
     movq %rax, -8(%rdi)
-    rdtsc
-    shlq $32, %rdx
-    orq %rax, %rdx
+    TIMESTAMP
     jmp 1b
 .Lexit_slow:
     # instrfn_trace_exit_slow(&Tls, slot) with everything saved; it returns the original

@@ -2,7 +2,11 @@
 //! `__fentry__` before it (from_pc at `8(%rsp)`). The routines and their register contracts are
 //! in `asm/x86_64.s`.
 
-trampoline_asm!("../../asm/x86_64.s", att_syntax;
+// The trampolines, then the XRay trampolines (src/xray.rs patches sleds to reach them), as one
+// block: asm/x86_64-xray.s uses asm/x86_64.s's trace macros (SCRATCH_SAVE, SCRATCH_RESTORE,
+// TIMESTAMP, EVENT_WORD, TRACE_EVENT, SHADOW_RESERVE, SHADOW_RELEASE, SHADOW_POP) and this one
+// operand list.
+trampoline_asm!("../../asm/x86_64.s" + "../../asm/x86_64-xray.s", att_syntax;
     TLS_TRACE_POS = const core::mem::offset_of!(crate::thread::Tls, trace_pos),
     TLS_TRACE_END = const core::mem::offset_of!(crate::thread::Tls, trace_end),
     TLS_SHADOW_TOP = const core::mem::offset_of!(crate::thread::Tls, shadow_top),
@@ -14,24 +18,7 @@ trampoline_asm!("../../asm/x86_64.s", att_syntax;
     SH_SLOT = const crate::trace::layout::SH_SLOT,
     SH_FN = const crate::trace::layout::SH_FN,
     SH_BYTES = const crate::trace::layout::SH_BYTES,
-    EV_SHIFT = const crate::trace::layout::EV_SHIFT,
-    EV_ENTRY = const crate::trace::layout::EV_ENTRY,
-    EV_EXIT = const crate::trace::layout::EV_EXIT,
-    EV_NOEXIT = const crate::trace::layout::EV_NOEXIT,
-);
-
-// The XRay trampolines (src/xray.rs patches sleds to reach them).
-trampoline_asm!("../../asm/x86_64-xray.s", att_syntax;
-    TLS_TRACE_POS = const core::mem::offset_of!(crate::thread::Tls, trace_pos),
-    TLS_TRACE_END = const core::mem::offset_of!(crate::thread::Tls, trace_end),
-    TLS_SHADOW_TOP = const core::mem::offset_of!(crate::thread::Tls, shadow_top),
-    TLS_SHADOW_END = const core::mem::offset_of!(crate::thread::Tls, shadow_end),
-    TLS_SHADOW_BASE = const core::mem::offset_of!(crate::thread::Tls, shadow_base),
-    TLS_UNWOUND = const core::mem::offset_of!(crate::thread::Tls, unwound),
-    SH_RET = const crate::trace::layout::SH_RET,
-    SH_SLOT = const crate::trace::layout::SH_SLOT,
-    SH_FN = const crate::trace::layout::SH_FN,
-    SH_BYTES = const crate::trace::layout::SH_BYTES,
+    EV_BYTES = const crate::trace::layout::EV_BYTES,
     EV_SHIFT = const crate::trace::layout::EV_SHIFT,
     EV_ENTRY = const crate::trace::layout::EV_ENTRY,
     EV_EXIT = const crate::trace::layout::EV_EXIT,
