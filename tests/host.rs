@@ -1913,8 +1913,17 @@ fn trace_losses_are_counted_exactly() {
     // the meta file's lines (threads, losses) go into blocks reserved ahead.
     let small = dir.join("small");
     std::fs::create_dir_all(&small).unwrap();
+    // Whatever an earlier run left mounted there goes first (mounts stack).
+    let unmount = || {
+        while Command::new("umount")
+            .arg(&small)
+            .status()
+            .unwrap()
+            .success()
+        {}
+    };
     let mount = || {
-        let _ = Command::new("umount").arg(&small).status();
+        unmount();
         let mounted = Command::new("mount")
             .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
             .arg(&small)
@@ -1947,6 +1956,7 @@ fn trace_losses_are_counted_exactly() {
         // Whatever room is left goes (the run may have left a few pages free).
         let mut filler = std::fs::File::create(small.join("filler")).unwrap();
         while std::io::Write::write_all(&mut filler, &[1u8; 4096]).is_ok() {}
+        drop(filler); // (an open file would keep the file system from being unmounted)
         let after = run_ok(Command::new(instrfn_cli()).arg("dump").arg(&trace)).stdout;
         assert!(before == after, "a hole changed the trace");
         // The churn on a fresh full-size-256-KiB disk: every thread named, every loss counted
@@ -1969,7 +1979,7 @@ fn trace_losses_are_counted_exactly() {
             "a meta file this small does not show the reservation working"
         );
     });
-    let _ = Command::new("umount").arg(&small).status();
+    unmount();
     if let Err(e) = full {
         std::panic::resume_unwind(e);
     }
