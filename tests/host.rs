@@ -981,11 +981,11 @@ fn exec_never_kills_the_new_image() {
         let flat = gprof_flat(X86_64, &exe, &dir.join("gmon.out"));
         assert_calls(&flat, &[("work_a", 2 * N)], &format!("{link:?} execfail"));
         // 0.3 s of user CPU time after it; without sampling there would be none. (The
-        // kernel's user-time figure and its tick samples part ways on a loaded machine: a
-        // third is the bar, not all.)
+        // kernel's user-time figure and its tick samples part ways on a loaded machine: 0.09 s
+        // was seen with four test processes on two cores, so a sixth is the bar, not all.)
         let hot = flat.entries.get("hot").map_or(0.0, |e| e.self_seconds);
         assert!(
-            hot >= 0.1,
+            hot >= 0.05,
             "{link:?}: no samples after the failed exec\n{}",
             flat.text
         );
