@@ -1609,8 +1609,10 @@ fn build_plain(dir: &Path, src: &str, flags: &[&str], link_flags: &[&str]) -> Pa
 
 #[test]
 fn trace_survives_longjmp_unwinding_and_tail_calls() {
-    // Ways out of a function other than its return: every entry still gets its exit, or is
-    // closed as unwound; the program's output is the same as without instrfn.
+    // Ways out of a function other than its return (common::unwind_cases): every entry still
+    // gets its exit, or is closed as unwound; the program's output is the same as without
+    // instrfn. Then signal handlers in the middle of the thread's own calls: natively, ten
+    // times the calls of work the qemu tests of the other architectures make.
     let dir = workdir("trace-unwind");
     let exe = build_plain(
         &dir,
@@ -1618,94 +1620,10 @@ fn trace_survives_longjmp_unwinding_and_tail_calls() {
         &["-pg", "-rdynamic"],
         &["-rdynamic", "-lpthread"],
     );
-    // (arguments, exact counts of (kind, function), events that must follow one another)
-    type Case<'a> = (
-        &'a [&'a str],
-        &'a [(&'a str, &'a str, u64)],
-        &'a [(&'a str, &'a str)],
-    );
-    let cases: [Case; 7] = [
-        (
-            &["longjmp", "5", "6"],
-            &[
-                ("entry", "dive", 35),
-                ("unwound", "dive", 35),
-                ("exit", "after", 5),
-            ],
-            &[],
-        ),
-        (
-            &["siglongjmp", "5", "6"],
-            &[
-                ("entry", "dive", 35),
-                ("unwound", "dive", 35),
-                ("unwound", "on_signal", 5),
-                ("exit", "after", 5),
-            ],
-            &[],
-        ),
-        (
-            &["exit", "3", "4"],
-            &[
-                ("entry", "dive", 15),
-                ("unwound", "dive", 15),
-                ("unwound", "thread_dive", 3),
-            ],
-            &[],
-        ),
-        (
-            &["cancel", "3", "4"],
-            &[
-                ("entry", "dive", 15),
-                ("unwound", "dive", 15),
-                ("unwound", "thread_dive", 3),
-            ],
-            &[],
-        ),
-        (
-            &["recurse", "2", "10"],
-            &[
-                ("entry", "dive", 6),
-                ("exit", "dive", 6),
-                ("entry-no-exit", "dive", 16),
-            ],
-            &[("INSTRFN_MAX_DEPTH", "4")],
-        ),
-        (
-            &["tailcall", "7"],
-            &[("exit", "tail_f", 7), ("exit", "tail_g", 7)],
-            &[],
-        ),
-        (&["backtrace", "1", "5"], &[("exit", "dive", 6)], &[]),
-    ];
-    for (args, expected, env) in cases {
-        let context = args.join(" ");
-        let plain = run_ok(Command::new(&exe).args(args).current_dir(&dir));
+    assert_unwind_runs(X86_64, &exe, &dir, 3_000_000, "x86_64", |args, env| {
         let (out, trace) = record_trace(&exe, args, env, &dir);
-        assert_eq!(
-            stdout_of(&out),
-            stdout_of(&plain),
-            "{context}: the program's output"
-        );
-        let procs = instrfn_dump(&trace);
-        let counts = assert_balanced(&procs[0], &context);
-        for (kind, name, n) in expected {
-            assert_eq!(
-                count_of(&counts, kind, name),
-                *n,
-                "{context}: {kind} {name}\n{counts:?}"
-            );
-        }
-    }
-    // Signal handlers run instrumented code in the middle of the thread's own calls.
-    let (out, trace) = record_trace(&exe, &["signal", "3000000"], &[], &dir);
-    let handled = assert_balanced(&instrfn_dump(&trace)[0], "signal");
-    assert!(
-        count_of(&handled, "exit", "handled") > 10,
-        "{handled:?} {}",
-        stdout_of(&out)
-    );
-    assert_eq!(count_of(&handled, "exit", "work"), 3_000_000);
+        (stdout_of(&out), instrfn_dump(&trace).remove(0))
+    });
 }
 
 #[test]
@@ -1721,14 +1639,7 @@ fn trace_survives_cpp_exceptions() {
     let (out, trace) = record_trace(&exe, &args, &[], &dir);
     assert_eq!(stdout_of(&out), stdout_of(&plain));
     let counts = assert_balanced(&instrfn_dump(&trace)[0], "c++");
-    // thrower(6) is 7 frames, thrower(1) 2, per round
-    assert_eq!(
-        count_of(&counts, "unwound", "_Z7throwerm"),
-        4 * 9,
-        "{counts:?}"
-    );
-    assert_eq!(count_of(&counts, "exit", "_Z7catcherm"), 4, "{counts:?}");
-    assert_eq!(count_of(&counts, "exit", "main"), 1, "{counts:?}");
+    assert_cpp_exception_counts(&counts, "c++");
 }
 
 #[test]
@@ -1742,51 +1653,7 @@ fn trace_survives_rust_panics_and_backtraces() {
         let exe = build_instrumented_rust("rust-app", triple, "rust-app");
         let dir = workdir(&format!("trace-rust-{triple}"));
         let gnu = triple.ends_with("gnu");
-        for args in [
-            &["panic", "5", "4"][..],
-            &["resume", "5", "4"][..],
-            &["backtrace", "4"][..],
-        ] {
-            let context = format!("{triple} {}", args.join(" "));
-            let plain = run_ok(Command::new(&exe).args(args).current_dir(&dir));
-            let trace = dir.join("trace");
-            let _ = std::fs::remove_dir_all(&trace);
-            let t = trace.display().to_string();
-            let out = run_exe(
-                X86_64,
-                &exe,
-                args,
-                &[("INSTRFN_MODE", "trace"), ("INSTRFN_OUTPUT", &t)],
-                &dir,
-            );
-            assert_eq!(
-                stdout_of(&out),
-                stdout_of(&plain),
-                "{context}: the program's output"
-            );
-            let counts = assert_balanced(&instrfn_dump(&trace)[0], &context);
-            let dive = counts
-                .keys()
-                .find(|(_, n)| n.contains("rust_app4dive"))
-                .map(|(_, n)| n.clone())
-                .unwrap_or_else(|| panic!("{context}: no dive events: {counts:?}"));
-            let frames = if args[0] == "backtrace" { 5 } else { 25 };
-            if gnu {
-                let closed = if args[0] == "backtrace" {
-                    "exit"
-                } else {
-                    "unwound"
-                };
-                assert_eq!(count_of(&counts, "entry", &dive), frames, "{context}");
-                assert_eq!(count_of(&counts, closed, &dive), frames, "{context}");
-            } else {
-                assert_eq!(
-                    count_of(&counts, "entry-no-exit", &dive),
-                    frames,
-                    "{context}"
-                );
-            }
-        }
+        rust_panic_runs(X86_64, &exe, &dir, triple, gnu);
     }
 }
 
@@ -2230,25 +2097,13 @@ fn trace_signal_handlers_interrupting_trampolines() {
             let (out, trace) =
                 record_trace(&exe_named, &["3000"], &[("INSTRFN_BUFSIZE", "4096")], &dir);
             let text = stdout_of(&out);
-            let w: Vec<u64> = text
-                .split_whitespace()
-                .filter_map(|t| t.parse().ok())
-                .collect();
-            let (handled, calls) = (w[0], w[1]);
+            let (handled, calls) = tracesig_output(&text, &context);
             // 1000 unless the machine is busy (the sender then runs less often).
             assert!(handled >= 10, "{context}: {text}");
             let procs = instrfn_dump(&trace);
             let counts = assert_balanced(&procs[0], &context);
             assert_eq!(procs[0].lost, 0, "{context}");
-            for (f, n) in [
-                ("work", calls),
-                ("on_signal", handled),
-                ("handler_fn", handled),
-                ("leaf", 2 * calls + 100 * handled),
-            ] {
-                assert_eq!(count_of(&counts, "entry", f), n, "{context}: {f}");
-                assert_eq!(count_of(&counts, "exit", f), n, "{context}: {f}");
-            }
+            assert_tracesig_counts(&counts, handled, calls, &context);
         }
     }
 }

@@ -42,48 +42,18 @@ fn compile(compiler: Compiler, dir: &Path, src: &str, flags: &[&str], obj: &str)
     }
 }
 
-/// How the runtime gets into the program.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Link {
-    /// Run with LD_PRELOAD=libinstrfn.so (through qemu's -E).
-    Preload,
-    /// libinstrfn.a linked in; traced by environment alone.
-    Static,
-}
-
-/// Links `obj` (no -pg at link time) for `link` into `<dir>/<stem>-<link>`.
-fn link(dir: &Path, obj: &Path, stem: &str, link: Link) -> PathBuf {
-    let lib = runtime_lib(AARCH64, Lib::Static);
-    let mut args: Vec<&OsStr> = vec![obj.as_os_str()];
-    if link == Link::Static {
-        args.push(lib.as_os_str());
-    }
-    args.extend([OsStr::new("-lpthread"), OsStr::new("-ldl")]);
-    cc(AARCH64, &args, &dir.join(format!("{stem}-{link:?}")))
-}
-
 /// Runs `exe` under qemu in trace mode, writing into a fresh `<dir>/trace-<link>`: returns its
 /// stdout and the trace directory.
 fn run_traced(
     exe: &Path,
     args: &[&str],
-    link: Link,
+    link: Runtime,
     extra: &[(&str, &str)],
     dir: &Path,
 ) -> (String, PathBuf) {
     let trace = dir.join(format!("trace-{link:?}"));
-    let _ = std::fs::remove_dir_all(&trace); // the previous run's
-    let trace_s = trace.display().to_string();
-    let preload = runtime_lib(AARCH64, Lib::Shared).display().to_string();
-    let mut env = vec![
-        ("INSTRFN_MODE", "trace"),
-        ("INSTRFN_OUTPUT", trace_s.as_str()),
-    ];
-    if link == Link::Preload {
-        env.push(("LD_PRELOAD", preload.as_str()));
-    }
-    env.extend_from_slice(extra);
-    let out = run_exe(AARCH64, exe, args, &env, dir);
+    let preload = link == Runtime::Preload;
+    let out = run_in_trace_mode(AARCH64, exe, args, preload, extra, dir, &trace);
     (String::from_utf8_lossy(&out.stdout).into_owned(), trace)
 }
 
@@ -104,8 +74,8 @@ fn golden(compiler: Compiler, flags: &[&str], expect: Expect) {
     let obj = compile(compiler, &dir, "calltree.c", flags, "calltree.o");
     let args = [T.to_string(), K.to_string()];
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    for link_kind in [Link::Preload, Link::Static] {
-        let exe = link(&dir, &obj, "calltree", link_kind);
+    for link_kind in [Runtime::Preload, Runtime::Static] {
+        let exe = link_runtime(AARCH64, &dir, &obj, &[], "calltree", link_kind);
         let context = format!("{name} {link_kind:?}");
         // The program runs as it does without instrfn.
         let plain = run_exe(AARCH64, &exe, &args, &[], &dir);
@@ -130,8 +100,8 @@ fn aarch64_trace_golden_gcc_pg() {
     let obj = compile(Compiler::Gcc, &dir, "calltree.c", &["-pg"], "calltree.o");
     let args = [T.to_string(), K.to_string()];
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    for link_kind in [Link::Preload, Link::Static] {
-        let exe = link(&dir, &obj, "calltree", link_kind);
+    for link_kind in [Runtime::Preload, Runtime::Static] {
+        let exe = link_runtime(AARCH64, &dir, &obj, &[], "calltree", link_kind);
         let (_, trace) = run_traced(&exe, &args, link_kind, &[("INSTRFN_EXITS", "off")], &dir);
         let context = format!("INSTRFN_EXITS=off {link_kind:?}");
         assert_calltree_entries_only(&instrfn_dump(&trace)[0], T, K, &context);
@@ -154,21 +124,17 @@ fn aarch64_gmon_instrument_functions_arcs() {
     let args = [T.to_string(), K.to_string()];
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let preload = runtime_lib(AARCH64, Lib::Shared).display().to_string();
-    for link_kind in [Link::Preload, Link::Static] {
-        let exe = link(&dir, &obj, "calltree", link_kind);
+    for link_kind in [Runtime::Preload, Runtime::Static] {
+        let exe = link_runtime(AARCH64, &dir, &obj, &[], "calltree", link_kind);
         let env: &[(&str, &str)] = match link_kind {
-            Link::Preload => &[("LD_PRELOAD", preload.as_str())],
-            Link::Static => &[],
+            Runtime::Preload => &[("LD_PRELOAD", preload.as_str())],
+            Runtime::Static => &[],
         };
         run_exe(AARCH64, &exe, &args, env, &dir);
         let arcs = gprof_arcs(AARCH64, &exe, &dir.join("gmon.out"));
         assert_arcs(
             &arcs,
-            &[
-                ("run", "a", t * k),
-                ("a", "b", 2 * t * k),
-                ("b", "c", 2 * t * k),
-            ],
+            &calltree_arcs(t, k),
             &format!("gmon -finstrument-functions {link_kind:?}"),
         );
     }
@@ -231,8 +197,8 @@ fn aarch64_trace_pac_ret_zero_pacs() {
         "pacmix.o",
     );
     let n = N.to_string();
-    for link_kind in [Link::Preload, Link::Static] {
-        let exe = link(&dir, &obj, "pacmix", link_kind);
+    for link_kind in [Runtime::Preload, Runtime::Static] {
+        let exe = link_runtime(AARCH64, &dir, &obj, &[], "pacmix", link_kind);
         let context = format!("pacmix {link_kind:?}");
         let (out, trace) = run_traced(&exe, &[&n], link_kind, &[], &dir);
         let zero: u64 = out
@@ -291,7 +257,7 @@ fn aarch64_trace_exit_registers() {
     );
     let plain = exit_harness(&dir, &[], "exit-regs");
     let n = N.to_string();
-    for (exe, link_kind) in [(&linked, Link::Static), (&plain, Link::Preload)] {
+    for (exe, link_kind) in [(&linked, Runtime::Static), (&plain, Runtime::Preload)] {
         for (kind, calls, extra) in [
             ("0", N, &[][..]),
             ("1", N, &[][..]),
@@ -463,13 +429,6 @@ fn aarch64_trace_rust_dependency_route() {
     );
 }
 
-/// One run of unwind.c: its arguments, the (kind, function, events) expected, extra environment.
-type UnwindCase = (
-    &'static [&'static str],
-    &'static [(&'static str, &'static str, u64)],
-    &'static [(&'static str, &'static str)],
-);
-
 /// Ways out of a function other than its return (unwind.c, as on x86_64 in tests/host.rs):
 /// longjmp, siglongjmp from a handler on an alternate stack, pthread_exit, cancellation, a
 /// shadow stack too small, tail calls (on aarch64 the tail-called function's frame record
@@ -486,98 +445,13 @@ fn aarch64_trace_survives_longjmp_unwinding_and_tail_calls() {
         &["-pg", "-rdynamic"],
         "unwind.o",
     );
-    let cases: [UnwindCase; 7] = [
-        (
-            &["longjmp", "5", "6"],
-            &[
-                ("entry", "dive", 35),
-                ("unwound", "dive", 35),
-                ("exit", "after", 5),
-            ],
-            &[],
-        ),
-        (
-            &["siglongjmp", "5", "6"],
-            &[
-                ("entry", "dive", 35),
-                ("unwound", "dive", 35),
-                ("unwound", "on_signal", 5),
-                ("exit", "after", 5),
-            ],
-            &[],
-        ),
-        (
-            &["exit", "3", "4"],
-            &[
-                ("entry", "dive", 15),
-                ("unwound", "dive", 15),
-                ("unwound", "thread_dive", 3),
-            ],
-            &[],
-        ),
-        (
-            &["cancel", "3", "4"],
-            &[
-                ("entry", "dive", 15),
-                ("unwound", "dive", 15),
-                ("unwound", "thread_dive", 3),
-            ],
-            &[],
-        ),
-        (
-            &["recurse", "2", "10"],
-            &[
-                ("entry", "dive", 6),
-                ("exit", "dive", 6),
-                ("entry-no-exit", "dive", 16),
-            ],
-            &[("INSTRFN_MAX_DEPTH", "4")],
-        ),
-        (
-            &["tailcall", "7"],
-            &[("exit", "tail_f", 7), ("exit", "tail_g", 7)],
-            &[],
-        ),
-        (
-            &["backtrace", "1", "5"],
-            &[("exit", "dive", 6), ("exit", "print_backtrace", 1)],
-            &[],
-        ),
-    ];
-    for link_kind in [Link::Preload, Link::Static] {
-        let lib = runtime_lib(AARCH64, Lib::Static);
-        let mut args: Vec<&OsStr> = vec![obj.as_os_str(), OsStr::new("-rdynamic")];
-        if link_kind == Link::Static {
-            args.push(lib.as_os_str());
-        }
-        args.extend([OsStr::new("-lpthread"), OsStr::new("-ldl")]);
-        let exe = cc(AARCH64, &args, &dir.join(format!("unwind-{link_kind:?}")));
-        for (args, expected, env) in cases {
-            let context = format!("{} {link_kind:?}", args.join(" "));
-            let plain = run_exe(AARCH64, &exe, args, &[], &dir);
+    for link_kind in [Runtime::Preload, Runtime::Static] {
+        let exe = link_runtime(AARCH64, &dir, &obj, &["-rdynamic"], "unwind", link_kind);
+        let label = format!("aarch64 {link_kind:?}");
+        assert_unwind_runs(AARCH64, &exe, &dir, 300_000, &label, |args, env| {
             let (out, trace) = run_traced(&exe, args, link_kind, env, &dir);
-            assert_eq!(
-                out,
-                String::from_utf8_lossy(&plain.stdout),
-                "{context}: the program's output"
-            );
-            let procs = instrfn_dump(&trace);
-            let counts = assert_balanced(&procs[0], &context);
-            for (kind, name, n) in expected {
-                assert_eq!(
-                    count_of(&counts, kind, name),
-                    *n,
-                    "{context}: {kind} {name}\n{counts:?}"
-                );
-            }
-        }
-        let (_, trace) = run_traced(&exe, &["signal", "300000"], link_kind, &[], &dir);
-        let handled = assert_balanced(&instrfn_dump(&trace)[0], "signal");
-        assert!(
-            count_of(&handled, "exit", "handled") > 10,
-            "{link_kind:?}: {handled:?}"
-        );
-        assert_eq!(count_of(&handled, "exit", "work"), 300_000);
+            (out, instrfn_dump(&trace).remove(0))
+        });
     }
 }
 
@@ -594,8 +468,8 @@ fn aarch64_trace_big_frames_and_signal_handlers() {
     for (compiler, big_exits) in [(Compiler::Gcc, false), (Compiler::Clang, true)] {
         let dir = workdir(&format!("aarch64-trace-bigframe-{compiler:?}"));
         let obj = compile(compiler, &dir, "bigframe.c", &["-pg"], "bigframe.o");
-        for link_kind in [Link::Preload, Link::Static] {
-            let exe = link(&dir, &obj, "bigframe", link_kind);
+        for link_kind in [Runtime::Preload, Runtime::Static] {
+            let exe = link_runtime(AARCH64, &dir, &obj, &[], "bigframe", link_kind);
             let context = format!("{compiler:?} {link_kind:?}");
             let (out, trace) = run_traced(&exe, &[&n], link_kind, &[], &dir);
             let handled: u64 = out
@@ -630,51 +504,12 @@ fn aarch64_trace_big_frames_and_signal_handlers() {
 /// thrown-through ones as unwound, the catching ones returning. Preloaded and static.
 #[test]
 fn aarch64_trace_survives_cpp_exceptions() {
-    let gxx = "aarch64-linux-gnu-g++";
-    require_tool(gxx);
     let dir = workdir("aarch64-trace-cpp");
-    let obj = dir.join("throw.o");
-    let src = fixture("c/throw.cpp");
-    run_ok(
-        Command::new(gxx)
-            .args(["-O2", "-pg", "-c"])
-            .arg(&src)
-            .arg("-o")
-            .arg(&obj),
-    );
-    let lib = runtime_lib(AARCH64, Lib::Static);
-    for link_kind in [Link::Preload, Link::Static] {
-        let exe = dir.join(format!("throw-{link_kind:?}"));
-        let mut cmd = Command::new(gxx);
-        cmd.arg(&obj);
-        if link_kind == Link::Static {
-            cmd.arg(&lib);
-        }
-        run_ok(cmd.args(["-lpthread", "-ldl", "-o"]).arg(&exe));
-        let args = ["4", "6"];
-        let plain = run_exe(AARCH64, &exe, &args, &[], &dir);
-        assert_eq!(String::from_utf8_lossy(&plain.stdout), "caught 8\n");
-        let (out, trace) = run_traced(&exe, &args, link_kind, &[], &dir);
-        assert_eq!(out, "caught 8\n", "{link_kind:?}");
-        let context = format!("c++ {link_kind:?}");
-        let counts = assert_balanced(&instrfn_dump(&trace)[0], &context);
-        // thrower(6) is 7 frames, thrower(1) 2, per round
-        assert_eq!(
-            count_of(&counts, "unwound", "_Z7throwerm"),
-            4 * 9,
-            "{context}: {counts:?}"
-        );
-        assert_eq!(
-            count_of(&counts, "exit", "_Z7catcherm"),
-            4,
-            "{context}: {counts:?}"
-        );
-        assert_eq!(
-            count_of(&counts, "exit", "main"),
-            1,
-            "{context}: {counts:?}"
-        );
-    }
+    let gxx = "aarch64-linux-gnu-g++";
+    cross_cpp_exception_runs(AARCH64, gxx, &["-pg"], &dir, &[], |exe, args, link_kind| {
+        let (out, trace) = run_traced(exe, args, link_kind, &[], &dir);
+        (out, instrfn_dump(&trace).remove(0))
+    });
 }
 
 /// Rust panics caught by catch_unwind, resume_unwind and std's Backtrace through instrumented
@@ -684,42 +519,7 @@ fn aarch64_trace_survives_cpp_exceptions() {
 fn aarch64_trace_survives_rust_panics_and_backtraces() {
     let exe = build_instrumented_rust("rust-app", AARCH64.triple, "rust-app");
     let dir = workdir("aarch64-trace-rust-panics");
-    for args in [
-        &["panic", "5", "4"][..],
-        &["resume", "5", "4"][..],
-        &["backtrace", "4"][..],
-    ] {
-        let context = args.join(" ");
-        let plain = run_exe(AARCH64, &exe, args, &[], &dir);
-        let trace = dir.join("trace");
-        let _ = std::fs::remove_dir_all(&trace);
-        let t = trace.display().to_string();
-        let out = run_exe(
-            AARCH64,
-            &exe,
-            args,
-            &[("INSTRFN_MODE", "trace"), ("INSTRFN_OUTPUT", &t)],
-            &dir,
-        );
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&plain.stdout),
-            "{context}: the program's output"
-        );
-        let counts = assert_balanced(&instrfn_dump(&trace)[0], &context);
-        let dive = counts
-            .keys()
-            .find(|(_, n)| n.contains("rust_app4dive"))
-            .map(|(_, n)| n.clone())
-            .unwrap_or_else(|| panic!("{context}: no dive events: {counts:?}"));
-        let (frames, closed) = if args[0] == "backtrace" {
-            (5, "exit")
-        } else {
-            (25, "unwound")
-        };
-        assert_eq!(count_of(&counts, "entry", &dive), frames, "{context}");
-        assert_eq!(count_of(&counts, closed, &dive), frames, "{context}");
-    }
+    rust_panic_runs(AARCH64, &exe, &dir, "aarch64", true);
 }
 
 /// Signal handlers that trace between any two instructions of the trampolines (tracesig.c, as
@@ -740,7 +540,6 @@ fn aarch64_trace_survives_rust_panics_and_backtraces() {
 /// the return slot of a call that then went to the slow path and got none).
 #[test]
 fn aarch64_trace_signal_handlers_interrupt_trampolines_anywhere() {
-    let preload = runtime_lib(AARCH64, Lib::Shared).display().to_string();
     for (compiler, flags) in [
         (Compiler::Gcc, &["-pg"][..]),
         (Compiler::Clang, &["-pg"][..]),
@@ -749,64 +548,11 @@ fn aarch64_trace_signal_handlers_interrupt_trampolines_anywhere() {
         let name = format!("aarch64-trace-tracesig-{compiler:?}{}", flags.join(""));
         let dir = workdir(&name);
         let obj = compile(compiler, &dir, "tracesig.c", flags, "tracesig.o");
-        for link_kind in [Link::Preload, Link::Static] {
-            let exe = link(&dir, &obj, "tracesig", link_kind);
-            for round in 0..3 {
-                let walk = round == 2;
-                let context = format!(
-                    "{name} {link_kind:?} round {round}{}",
-                    if walk { " backtrace" } else { "" }
-                );
-                let tdir = dir.join("trace");
-                let _ = std::fs::remove_dir_all(&tdir);
-                let t = tdir.display().to_string();
-                let mut env = vec![
-                    ("INSTRFN_MODE", "trace"),
-                    ("INSTRFN_OUTPUT", t.as_str()),
-                    ("INSTRFN_BUFSIZE", "4096"),
-                ];
-                if link_kind == Link::Preload {
-                    env.push(("LD_PRELOAD", preload.as_str()));
-                }
-                let args: &[&str] = if walk { &["3000", "walk"] } else { &["3000"] };
-                let mut cmd = command(AARCH64, &exe, args, &env, &dir);
-                cmd.env("QEMU_SINGLESTEP", "1");
-                let out = run_within(&mut cmd, 300);
-                let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-                let words: Vec<&str> = stdout.split_whitespace().collect();
-                let (handled, calls): (u64, u64) = match words[..] {
-                    ["handled", h, "calls", c] => (h.parse().unwrap(), c.parse().unwrap()),
-                    _ => panic!("{context}: {stdout}"),
-                };
-                assert!(handled > 0, "{context}: no signal was handled");
-                let mut procs = instrfn_dump(&tdir);
-                assert_eq!(procs.len(), 1, "{context}: {procs:?}");
-                let p = procs.remove(0);
-                assert_eq!(p.lost, 0, "{context}: events lost");
-                for meta in std::fs::read_dir(&tdir).unwrap() {
-                    let path = meta.unwrap().path();
-                    if path.extension().is_some_and(|e| e == "meta") {
-                        let text = std::fs::read_to_string(&path).unwrap();
-                        assert!(
-                            !text.lines().any(|l| l.starts_with("lost ")),
-                            "{context}: events lost:\n{text}"
-                        );
-                    }
-                }
-                for (tid, events) in &p.threads {
-                    assert_nested(events, &format!("{context} thread {tid}"));
-                }
-                let counts = assert_balanced(&p, &context);
-                for (f, n) in [
-                    ("work", calls),
-                    ("on_signal", handled),
-                    ("handler_fn", handled),
-                    ("leaf", 2 * calls + 100 * handled),
-                ] {
-                    assert_eq!(count_of(&counts, "entry", f), n, "{context}: {f}");
-                    assert_eq!(count_of(&counts, "exit", f), n, "{context}: {f}");
-                }
-            }
+        for link_kind in [Runtime::Preload, Runtime::Static] {
+            let exe = link_runtime(AARCH64, &dir, &obj, &[], "tracesig", link_kind);
+            let preload = link_kind == Runtime::Preload;
+            let name = format!("{name} {link_kind:?}");
+            tracesig_singlestep_rounds(AARCH64, &exe, preload, &dir, &name, "walk", |_, _| {});
         }
     }
 }
@@ -828,27 +574,13 @@ fn aarch64_trace_min_duration_leaves_short_calls_out() {
         let name = format!("aarch64-trace-min-duration-{compiler:?}{}", flags.join(""));
         let dir = workdir(&name);
         let obj = compile(compiler, &dir, "sleeps.c", flags, "sleeps.o");
-        for link_kind in [Link::Preload, Link::Static] {
-            let exe = link(&dir, &obj, "sleeps", link_kind);
+        let cyg = flags == ["-finstrument-functions"];
+        for link_kind in [Runtime::Preload, Runtime::Static] {
+            let exe = link_runtime(AARCH64, &dir, &obj, &[], "sleeps", link_kind);
             let context = format!("{name} {link_kind:?}");
-            let (_, trace) = run_traced(&exe, &[], link_kind, &[], &dir);
-            let all = instrfn_dump(&trace).remove(0);
-            let env = [("INSTRFN_MIN_DURATION", "5ms")];
-            let (out, trace) = run_traced(&exe, &[], link_kind, &env, &dir);
-            assert!(out.starts_with("nap10 "), "{context}: {out}");
-            let mut procs = instrfn_dump(&trace);
-            assert_eq!(procs.len(), 1, "{context}");
-            let (kept, dropped) = (procs.remove(0), meta_dropped(&trace));
-            if flags == ["-finstrument-functions"] {
-                assert_eq!(dropped, 0, "{context}");
-                assert_eq!(
-                    calls_per_function(&kept),
-                    calls_per_function(&all),
-                    "{context}"
-                );
-            } else {
-                assert_min_duration_sleeps(&all, &kept, dropped, 5e6, &context);
-            }
+            min_duration_sleeps_runs(cyg, &context, |env| {
+                run_traced(&exe, &[], link_kind, env, &dir)
+            });
         }
     }
 }
@@ -872,7 +604,7 @@ fn aarch64_trace_min_duration_signal_handlers_interrupt_the_take_back() {
         let name = format!("aarch64-trace-min-duration-tracesig-{compiler:?}");
         let dir = workdir(&name);
         let obj = compile(compiler, &dir, "tracesig.c", flags, "tracesig.o");
-        let exe = link(&dir, &obj, "tracesig", Link::Static);
+        let exe = link_runtime(AARCH64, &dir, &obj, &[], "tracesig", Runtime::Static);
         min_duration_tracesig_rounds(AARCH64, &exe, &dir, &name, "walk");
     }
 }

@@ -52,48 +52,18 @@ fn compile(compiler: Cc, src: &str, flags: &[&str], obj: &Path) {
     }
 }
 
-/// How the runtime gets into the program.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Link {
-    /// Run with LD_PRELOAD=libinstrfn.so (qemu -E).
-    Preload,
-    /// libinstrfn.a linked in; traced by environment alone.
-    Static,
-}
-
-/// Links `obj` into `<dir>/<stem>-<link>`.
-fn link(obj: &Path, dir: &Path, stem: &str, link: Link) -> PathBuf {
-    let lib = runtime_lib(ARCH, Lib::Static);
-    let mut args: Vec<&OsStr> = vec![obj.as_os_str()];
-    if link == Link::Static {
-        args.push(lib.as_os_str());
-    }
-    args.extend([OsStr::new("-lpthread"), OsStr::new("-ldl")]);
-    cc(ARCH, &args, &dir.join(format!("{stem}-{link:?}")))
-}
-
 /// Runs `exe` in trace mode with its trace in `<dir>/<name>` (a fresh directory); returns it.
 fn run_traced(
     exe: &Path,
     args: &[&str],
-    link: Link,
+    link: Runtime,
     extra: &[(&str, &str)],
     dir: &Path,
     name: &str,
 ) -> (std::process::Output, PathBuf) {
     let tdir = dir.join(name);
-    let _ = std::fs::remove_dir_all(&tdir);
-    let tdir_s = tdir.display().to_string();
-    let preload = runtime_lib(ARCH, Lib::Shared).display().to_string();
-    let mut env = vec![
-        ("INSTRFN_MODE", "trace"),
-        ("INSTRFN_OUTPUT", tdir_s.as_str()),
-    ];
-    if link == Link::Preload {
-        env.push(("LD_PRELOAD", preload.as_str()));
-    }
-    env.extend_from_slice(extra);
-    let out = run_within(&mut command(ARCH, exe, args, &env, dir), 300);
+    let preload = link == Runtime::Preload;
+    let out = run_in_trace_mode(ARCH, exe, args, preload, extra, dir, &tdir);
     (out, tdir)
 }
 
@@ -127,8 +97,8 @@ fn golden(cc: Cc, flags: &[&str]) {
     compile(cc, "calltree.c", flags, &obj);
     let args = [T.to_string(), K.to_string()];
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    for kind in [Link::Preload, Link::Static] {
-        let exe = link(&obj, &dir, "calltree", kind);
+    for kind in [Runtime::Preload, Runtime::Static] {
+        let exe = link_runtime(ARCH, &dir, &obj, &[], "calltree", kind);
         let context = format!("{name} {kind:?}");
         let (out, tdir) = run_traced(&exe, &args, kind, &[], &dir, &format!("trace-{kind:?}"));
         assert_eq!(
@@ -205,8 +175,8 @@ fn riscv64_trace_entry_only_shapes() {
         let dir = workdir(&name);
         let obj = dir.join("trace_shapes.o");
         compile(cc, "trace_shapes.c", flags, &obj);
-        for kind in [Link::Preload, Link::Static] {
-            let exe = link(&obj, &dir, "trace_shapes", kind);
+        for kind in [Runtime::Preload, Runtime::Static] {
+            let exe = link_runtime(ARCH, &dir, &obj, &[], "trace_shapes", kind);
             let context = format!("{name} {kind:?}");
             let rounds = ROUNDS.to_string();
             let (_, tdir) = run_traced(&exe, &[&rounds], kind, &[], &dir, "trace");
@@ -302,7 +272,7 @@ fn riscv64_exit_trampoline_registers() {
             let mut env = vec![("LD_LIBRARY_PATH", ld_path.as_str())];
             env.extend_from_slice(extra);
             let context = format!("{} {extra:?}", exe.display());
-            let (out, tdir) = run_traced(exe, &["all"], Link::Static, &env, &dir, "trace");
+            let (out, tdir) = run_traced(exe, &["all"], Runtime::Static, &env, &dir, "trace");
             assert_eq!(
                 String::from_utf8_lossy(&out.stdout).trim(),
                 format!("ok {} {k0} {k1} {k2}", k0 + k1 + k2),
@@ -423,8 +393,8 @@ fn riscv64_trace_signal_handlers() {
         let dir = workdir(&name);
         let obj = dir.join("trace_signals.o");
         compile(cc, "trace_signals.c", flags, &obj);
-        for kind in [Link::Preload, Link::Static] {
-            let exe = link(&obj, &dir, "trace_signals", kind);
+        for kind in [Runtime::Preload, Runtime::Static] {
+            let exe = link_runtime(ARCH, &dir, &obj, &[], "trace_signals", kind);
             let context = format!("{name} {kind:?}");
             let (out, tdir) = run_traced(&exe, &[&N.to_string()], kind, &[], &dir, "trace");
             let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -476,7 +446,7 @@ fn riscv64_trace_slow_path_registers() {
     );
     for kind in ["0", "1", "2", "3"] {
         let context = format!("kind {kind}");
-        let (out, tdir) = run_traced(&exe, &[kind], Link::Static, &[], &dir, "trace");
+        let (out, tdir) = run_traced(&exe, &[kind], Runtime::Static, &[], &dir, "trace");
         assert_eq!(
             String::from_utf8_lossy(&out.stdout).trim(),
             "ok 10012",
@@ -511,26 +481,18 @@ fn riscv64_gmon_instrument_functions_call_graph() {
         let dir = workdir(&name);
         let obj = dir.join("calltree.o");
         compile(cc, "calltree.c", &[flag], &obj);
-        for kind in [Link::Preload, Link::Static] {
-            let exe = link(&obj, &dir, "calltree", kind);
+        for kind in [Runtime::Preload, Runtime::Static] {
+            let exe = link_runtime(ARCH, &dir, &obj, &[], "calltree", kind);
             let context = format!("{name} {kind:?}");
             let preload = runtime_lib(ARCH, Lib::Shared).display().to_string();
             let mut env = vec![("INSTRFN_VERBOSE", "1")];
-            if kind == Link::Preload {
+            if kind == Runtime::Preload {
                 env.push(("LD_PRELOAD", preload.as_str()));
             }
             let _ = std::fs::remove_file(dir.join("gmon.out"));
             let out = run_exe(ARCH, &exe, &[&T.to_string(), &k.to_string()], &env, &dir);
             let arcs = gprof_arcs(ARCH, &exe, &dir.join("gmon.out"));
-            assert_arcs(
-                &arcs,
-                &[
-                    ("run", "a", t * k),
-                    ("a", "b", 2 * t * k),
-                    ("b", "c", 2 * t * k),
-                ],
-                &context,
-            );
+            assert_arcs(&arcs, &calltree_arcs(t, k), &context);
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert_fast_path_used(&stderr, 5 * t * k, &context);
         }
@@ -549,8 +511,8 @@ fn riscv64_trace_exits_off_records_entries_only() {
         .filter(|(kind, _)| kind == "entry")
         .map(|(_, name)| name)
         .collect();
-    for kind in [Link::Preload, Link::Static] {
-        let exe = link(&obj, &dir, "calltree", kind);
+    for kind in [Runtime::Preload, Runtime::Static] {
+        let exe = link_runtime(ARCH, &dir, &obj, &[], "calltree", kind);
         let context = format!("exits off {kind:?}");
         let args = [T.to_string(), K.to_string()];
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -580,13 +542,6 @@ fn riscv64_trace_exits_off_records_entries_only() {
     }
 }
 
-/// One run of unwind.c: its arguments, the (kind, function, events) expected, extra environment.
-type UnwindCase = (
-    &'static [&'static str],
-    &'static [(&'static str, &'static str, u64)],
-    &'static [(&'static str, &'static str)],
-);
-
 /// Ways out of a function other than its return (unwind.c, as on x86_64 in tests/host.rs and
 /// on aarch64): longjmp, siglongjmp from a handler on an alternate stack, pthread_exit,
 /// cancellation (both through the wrapped _Unwind_ForcedUnwind), a shadow stack too small,
@@ -598,84 +553,11 @@ fn riscv64_trace_survives_longjmp_unwinding_and_tail_calls() {
     let dir = workdir("riscv64-trace-unwind");
     let obj = dir.join("unwind.o");
     compile(Cc::Gcc, "unwind.c", &["-pg", "-rdynamic"], &obj);
-    let cases: [UnwindCase; 7] = [
-        (
-            &["longjmp", "5", "6"],
-            &[
-                ("entry", "dive", 35),
-                ("unwound", "dive", 35),
-                ("exit", "after", 5),
-            ],
-            &[],
-        ),
-        (
-            &["siglongjmp", "5", "6"],
-            &[
-                ("entry", "dive", 35),
-                ("unwound", "dive", 35),
-                ("unwound", "on_signal", 5),
-                ("exit", "after", 5),
-            ],
-            &[],
-        ),
-        (
-            &["exit", "3", "4"],
-            &[
-                ("entry", "dive", 15),
-                ("unwound", "dive", 15),
-                ("unwound", "thread_dive", 3),
-            ],
-            &[],
-        ),
-        (
-            &["cancel", "3", "4"],
-            &[
-                ("entry", "dive", 15),
-                ("unwound", "dive", 15),
-                ("unwound", "thread_dive", 3),
-            ],
-            &[],
-        ),
-        (
-            &["recurse", "2", "10"],
-            &[
-                ("entry", "dive", 6),
-                ("exit", "dive", 6),
-                ("entry-no-exit", "dive", 16),
-            ],
-            &[("INSTRFN_MAX_DEPTH", "4")],
-        ),
-        // The one difference from x86_64 and aarch64: tail_g, tail-called by tail_f, runs in
-        // tail_f's frame with the exit trampoline already in its return slot (the same CFA - 8),
-        // so it is an entry without exit and its return is tail_f's exit (riscv64's documented
-        // entry-only case, src/arch/riscv64.rs `instrfn_riscv64_trace_path`).
-        (
-            &["tailcall", "7"],
-            &[
-                ("entry", "tail_f", 7),
-                ("exit", "tail_f", 7),
-                ("entry-no-exit", "tail_g", 7),
-                ("exit", "tail_g", 0),
-            ],
-            &[],
-        ),
-        (
-            &["backtrace", "1", "5"],
-            &[("exit", "dive", 6), ("exit", "print_backtrace", 1)],
-            &[],
-        ),
-    ];
-    let lib = runtime_lib(ARCH, Lib::Static);
-    for kind in [Link::Preload, Link::Static] {
-        let mut args: Vec<&OsStr> = vec![obj.as_os_str(), OsStr::new("-rdynamic")];
-        if kind == Link::Static {
-            args.push(lib.as_os_str());
-        }
-        args.extend([OsStr::new("-lpthread"), OsStr::new("-ldl")]);
-        let exe = cc(ARCH, &args, &dir.join(format!("unwind-{kind:?}")));
-        for (args, expected, env) in cases {
-            let context = format!("{} {kind:?}", args.join(" "));
-            let plain = run_exe(ARCH, &exe, args, &[], &dir);
+    for kind in [Runtime::Preload, Runtime::Static] {
+        let exe = link_runtime(ARCH, &dir, &obj, &["-rdynamic"], "unwind", kind);
+        let label = format!("riscv64 {kind:?}");
+        assert_unwind_runs(ARCH, &exe, &dir, 300_000, &label, |args, env| {
+            let context = format!("{label}: {}", args.join(" "));
             let (out, tdir) = run_traced(&exe, args, kind, env, &dir, "trace");
             assert!(
                 out.status.success(),
@@ -683,32 +565,9 @@ fn riscv64_trace_survives_longjmp_unwinding_and_tail_calls() {
                 out.status,
                 String::from_utf8_lossy(&out.stderr)
             );
-            assert_eq!(
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&plain.stdout),
-                "{context}: the program's output"
-            );
-            let p = one_process(&tdir, &context);
-            let counts = assert_balanced(&p, &context);
-            for (what, name, n) in expected {
-                assert_eq!(
-                    count_of(&counts, what, name),
-                    *n,
-                    "{context}: {what} {name}\n{counts:?}"
-                );
-            }
-        }
-        let context = format!("signal {kind:?}");
-        let (out, tdir) = run_traced(&exe, &["signal", "300000"], kind, &[], &dir, "trace");
-        assert!(out.status.success(), "{context}: {}", out.status);
-        let handled = assert_balanced(&one_process(&tdir, &context), &context);
-        // on_alarm tail-calls handled (gcc -O2): as with tail_g above, handled is an entry
-        // without exit and its return is on_alarm's exit.
-        let n = count_of(&handled, "entry-no-exit", "handled");
-        assert!(n > 10, "{context}: {handled:?}");
-        assert_eq!(count_of(&handled, "exit", "on_alarm"), n, "{context}");
-        assert_eq!(count_of(&handled, "exit", "handled"), 0, "{context}");
-        assert_eq!(count_of(&handled, "exit", "work"), 300_000, "{context}");
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            (stdout, one_process(&tdir, &context))
+        });
     }
 }
 
@@ -718,57 +577,14 @@ fn riscv64_trace_survives_longjmp_unwinding_and_tail_calls() {
 /// static.
 #[test]
 fn riscv64_trace_survives_cpp_exceptions() {
-    let gxx = "riscv64-linux-gnu-g++";
-    require_tool(gxx);
     let dir = workdir("riscv64-trace-cpp");
-    let obj = dir.join("throw.o");
-    let src = fixture("c/throw.cpp");
-    run_ok(
-        std::process::Command::new(gxx)
-            .args(["-O2", "-pg", "-c"])
-            .arg(&src)
-            .arg("-o")
-            .arg(&obj),
-    );
-    let lib = runtime_lib(ARCH, Lib::Static);
-    for kind in [Link::Preload, Link::Static] {
-        let exe = dir.join(format!("throw-{kind:?}"));
-        let mut cmd = std::process::Command::new(gxx);
-        cmd.arg(&obj);
-        if kind == Link::Static {
-            cmd.arg(&lib);
-        }
-        run_ok(cmd.args(["-lpthread", "-ldl", "-o"]).arg(&exe));
-        let args = ["4", "6"];
-        let plain = run_exe(ARCH, &exe, &args, &[], &dir);
-        assert_eq!(String::from_utf8_lossy(&plain.stdout), "caught 8\n");
+    let gxx = "riscv64-linux-gnu-g++";
+    cross_cpp_exception_runs(ARCH, gxx, &["-pg"], &dir, &[], |exe, args, kind| {
         let context = format!("c++ {kind:?}");
-        let (out, tdir) = run_traced(&exe, &args, kind, &[], &dir, "trace");
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout),
-            "caught 8\n",
-            "{context}: {}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let counts = assert_balanced(&one_process(&tdir, &context), &context);
-        // thrower(6) is 7 frames, thrower(1) 2, per round
-        assert_eq!(
-            count_of(&counts, "unwound", "_Z7throwerm"),
-            4 * 9,
-            "{context}: {counts:?}"
-        );
-        assert_eq!(
-            count_of(&counts, "exit", "_Z7catcherm"),
-            4,
-            "{context}: {counts:?}"
-        );
-        assert_eq!(
-            count_of(&counts, "exit", "main"),
-            1,
-            "{context}: {counts:?}"
-        );
-    }
+        let (out, tdir) = run_traced(exe, args, kind, &[], &dir, "trace");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        (stdout, one_process(&tdir, &context))
+    });
 }
 
 /// Signal handlers that trace between any two instructions of the trampolines (tracesig.c, as
@@ -800,58 +616,11 @@ fn riscv64_trace_signal_handlers_interrupt_trampolines_anywhere() {
         let dir = workdir(&name);
         let obj = dir.join("tracesig.o");
         compile(cc, "tracesig.c", flags, &obj);
-        let exe = link(&obj, &dir, "tracesig", Link::Static);
-        for round in 0..3 {
-            let walk = round == 2;
-            let context = format!(
-                "{name} round {round}{}",
-                if walk { " backtrace" } else { "" }
-            );
-            let tdir = dir.join("trace");
-            let _ = std::fs::remove_dir_all(&tdir);
-            let t = tdir.display().to_string();
-            let env = [
-                ("INSTRFN_MODE", "trace"),
-                ("INSTRFN_OUTPUT", t.as_str()),
-                ("INSTRFN_BUFSIZE", "4096"),
-            ];
-            let args: &[&str] = if walk {
-                &["3000", "backtrace"]
-            } else {
-                &["3000"]
-            };
-            let mut cmd = command(ARCH, &exe, args, &env, &dir);
-            cmd.env("QEMU_SINGLESTEP", "1");
-            let out = run_within(&mut cmd, 300);
-            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-            assert!(
-                out.status.success(),
-                "{context}: {}\n{stdout}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let words: Vec<&str> = stdout.split_whitespace().collect();
-            let (handled, calls): (u64, u64) = match words[..] {
-                ["handled", h, "calls", c] => (h.parse().unwrap(), c.parse().unwrap()),
-                _ => panic!("{context}: {stdout}"),
-            };
-            assert!(handled > 0, "{context}: no signal was handled");
-            let p = one_process(&tdir, &context);
-            assert_eq!(p.lost, 0, "{context}");
-            for (tid, events) in &p.threads {
-                assert_nested(events, &format!("{context} thread {tid}"));
-            }
-            let counts = assert_balanced(&p, &context);
-            for (f, n) in [
-                ("work", calls),
-                ("on_signal", handled),
-                ("handler_fn", handled),
-                ("leaf", 2 * calls + 100 * handled),
-            ] {
-                assert_eq!(count_of(&counts, "entry", f), n, "{context}: {f}");
-                assert_eq!(count_of(&counts, "exit", f), n, "{context}: {f}");
-            }
-        }
+        let exe = link_runtime(ARCH, &dir, &obj, &[], "tracesig", Runtime::Static);
+        // Every trace of riscv64's also names its clock (one_process).
+        tracesig_singlestep_rounds(ARCH, &exe, false, &dir, &name, "backtrace", |tdir, c| {
+            one_process(tdir, c);
+        });
     }
 }
 
@@ -873,27 +642,15 @@ fn riscv64_trace_min_duration_leaves_short_calls_out() {
         let dir = workdir(&name);
         let obj = dir.join("sleeps.o");
         compile(cc, "sleeps.c", flags, &obj);
-        for kind in [Link::Preload, Link::Static] {
-            let exe = link(&obj, &dir, "sleeps", kind);
+        let cyg = flags == ["-finstrument-functions"];
+        for kind in [Runtime::Preload, Runtime::Static] {
+            let exe = link_runtime(ARCH, &dir, &obj, &[], "sleeps", kind);
             let context = format!("{name} {kind:?}");
-            let (_, tdir) = run_traced(&exe, &[], kind, &[], &dir, "trace-all");
-            let all = one_process(&tdir, &context);
-            let env = [("INSTRFN_MIN_DURATION", "5ms")];
-            let (out, tdir) = run_traced(&exe, &[], kind, &env, &dir, "trace");
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            assert!(stdout.starts_with("nap10 "), "{context}: {stdout}");
-            let kept = one_process(&tdir, &context);
-            let dropped = meta_dropped(&tdir);
-            if flags == ["-finstrument-functions"] {
-                assert_eq!(dropped, 0, "{context}");
-                assert_eq!(
-                    calls_per_function(&kept),
-                    calls_per_function(&all),
-                    "{context}"
-                );
-            } else {
-                assert_min_duration_sleeps(&all, &kept, dropped, 5e6, &context);
-            }
+            min_duration_sleeps_runs(cyg, &context, |env| {
+                let (out, tdir) = run_traced(&exe, &[], kind, env, &dir, "trace");
+                one_process(&tdir, &context);
+                (String::from_utf8_lossy(&out.stdout).into_owned(), tdir)
+            });
         }
     }
 }
@@ -922,7 +679,7 @@ fn riscv64_trace_min_duration_signal_handlers_interrupt_the_take_back() {
         let dir = workdir(&name);
         let obj = dir.join("tracesig.o");
         compile(cc, "tracesig.c", flags, &obj);
-        let exe = link(&obj, &dir, "tracesig", Link::Static);
+        let exe = link_runtime(ARCH, &dir, &obj, &[], "tracesig", Runtime::Static);
         min_duration_tracesig_rounds(ARCH, &exe, &dir, &name, "backtrace");
     }
 }

@@ -41,27 +41,6 @@ fn compile_clang(dir: &Path, src: &str, flags: &[&str], obj: &str) -> PathBuf {
     obj
 }
 
-/// Runs `exe` in trace mode into `trace` (a fresh directory), with the runtime preloaded
-/// (`preload`) or linked in, and `extra` environment.
-fn run_traced(
-    exe: &Path,
-    args: &[&str],
-    preload: bool,
-    extra: &[(&str, &str)],
-    dir: &Path,
-    trace: &Path,
-) -> std::process::Output {
-    let _ = std::fs::remove_dir_all(trace);
-    let lib = runtime_lib(S390X, Lib::Shared).display().to_string();
-    let out = trace.display().to_string();
-    let mut env = vec![("INSTRFN_MODE", "trace"), ("INSTRFN_OUTPUT", out.as_str())];
-    if preload {
-        env.push(("LD_PRELOAD", lib.as_str()));
-    }
-    env.extend_from_slice(extra);
-    run_within(&mut command(S390X, exe, args, &env, dir), 300)
-}
-
 #[test]
 fn s390x_trace_golden_call_tree_every_entry() {
     // A known call tree at 4 threads: exactly the expected entry/exit sequence per thread, for
@@ -94,21 +73,16 @@ fn s390x_trace_golden_call_tree_every_entry() {
             &[obj.as_os_str(), OsStr::new("-lpthread")],
             &dir.join("calltree"),
         );
-        let lib = runtime_lib(S390X, Lib::Static);
-        let linked = cc(
-            S390X,
-            &[
-                obj.as_os_str(),
-                lib.as_os_str(),
-                OsStr::new("-lpthread"),
-                OsStr::new("-ldl"),
-            ],
+        let linked = link_with(
+            S390X.cc,
+            &[obj.as_os_str()],
+            false,
             &dir.join("calltree-linked"),
         );
         for (exe, preload, how) in [(&preloaded, true, "preloaded"), (&linked, false, "linked")] {
             let context = format!("{name} {how}");
             let trace = dir.join(format!("trace-{how}"));
-            let out = run_traced(exe, &args, preload, &[], &dir, &trace);
+            let out = run_in_trace_mode(S390X, exe, &args, preload, &[], &dir, &trace);
             assert!(
                 String::from_utf8_lossy(&out.stdout).contains(&format!("calltree {T} {K}")),
                 "{context}: {out:?}"
@@ -206,7 +180,7 @@ fn s390x_trace_exit_trampoline_keeps_registers() {
                 if link == "dynamic" {
                     env.push(ld);
                 }
-                let out = run_traced(exe, &[kind], false, &env, &dir, &trace);
+                let out = run_in_trace_mode(S390X, exe, &[kind], false, &env, &dir, &trace);
                 let stdout = String::from_utf8_lossy(&out.stdout);
                 let (entries, exits, skipped) = exit_ok(&stdout, &context);
                 let procs = instrfn_dump(&trace);
@@ -413,7 +387,7 @@ fn s390x_trace_unwinder_sees_the_original_return_addresses() {
             &dir.join("unwind"),
         );
         let trace = dir.join("trace");
-        let out = run_traced(&exe, &[], false, &[], &dir, &trace);
+        let out = run_in_trace_mode(S390X, &exe, &[], false, &[], &dir, &trace);
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let walk = |label: &str| -> Vec<String> {
             stdout
@@ -471,19 +445,9 @@ fn s390x_trace_clock_without_an_end_line() {
     // without its end must give the same times, within 1%.
     let dir = workdir("s390x-trace-clock");
     let obj = compile(&dir, "c/calltree.c", &["-pg"], "calltree.o");
-    let lib = runtime_lib(S390X, Lib::Static);
-    let exe = cc(
-        S390X,
-        &[
-            obj.as_os_str(),
-            lib.as_os_str(),
-            OsStr::new("-lpthread"),
-            OsStr::new("-ldl"),
-        ],
-        &dir.join("calltree"),
-    );
+    let exe = link_with(S390X.cc, &[obj.as_os_str()], false, &dir.join("calltree"));
     let trace = dir.join("trace");
-    run_traced(&exe, &["2", "200"], false, &[], &dir, &trace);
+    run_in_trace_mode(S390X, &exe, &["2", "200"], false, &[], &dir, &trace);
     let full = instrfn_dump(&trace);
     let meta = std::fs::read_dir(&trace)
         .unwrap()
@@ -534,19 +498,9 @@ fn s390x_trace_tail_calls_end_their_callers() {
         let name = format!("s390x-trace-tailcall{}", flags.join(""));
         let dir = workdir(&name);
         let obj = compile(&dir, "c/tailcall.c", flags, "tailcall.o");
-        let lib = runtime_lib(S390X, Lib::Static);
-        let exe = cc(
-            S390X,
-            &[
-                obj.as_os_str(),
-                lib.as_os_str(),
-                OsStr::new("-lpthread"),
-                OsStr::new("-ldl"),
-            ],
-            &dir.join("tailcall"),
-        );
+        let exe = link_with(S390X.cc, &[obj.as_os_str()], false, &dir.join("tailcall"));
         let trace = dir.join("trace");
-        let out = run_traced(&exe, &[], false, &[], &dir, &trace);
+        let out = run_in_trace_mode(S390X, &exe, &[], false, &[], &dir, &trace);
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "result 9");
         let procs = instrfn_dump(&trace);
         let seq: Vec<String> = procs[0]
@@ -580,45 +534,23 @@ fn s390x_trace_tail_calls_end_their_callers() {
 fn signal_rounds(name: &str, flags: &[&str], args: &[&str], env: &[(&str, &str)], rounds: u32) {
     let dir = workdir(name);
     let obj = compile(&dir, "c/tracesig.c", flags, "tracesig.o");
-    let lib = runtime_lib(S390X, Lib::Static);
-    let exe = cc(
-        S390X,
-        &[
-            obj.as_os_str(),
-            lib.as_os_str(),
-            OsStr::new("-lpthread"),
-            OsStr::new("-ldl"),
-        ],
-        &dir.join("tracesig"),
-    );
+    let exe = link_with(S390X.cc, &[obj.as_os_str()], false, &dir.join("tracesig"));
     let mut argv = vec!["20000"];
     argv.extend_from_slice(args);
     for round in 0..rounds {
         let context = format!("{name} round {round}");
         let trace = dir.join("trace");
-        let out = run_traced(&exe, &argv, false, env, &dir, &trace);
+        let out = run_in_trace_mode(S390X, &exe, &argv, false, env, &dir, &trace);
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let words: Vec<&str> = stdout.split_whitespace().collect();
-        let (handled, calls): (usize, usize) = match words[..] {
-            ["handled", h, "calls", c] => (h.parse().unwrap(), c.parse().unwrap()),
-            _ => panic!("{context}: {stdout}"),
-        };
+        let (handled, calls) = tracesig_output(&stdout, &context);
         assert!(handled > 0, "{context}: no signal was handled");
         let procs = instrfn_dump(&trace);
         let p = &procs[0];
         for (tid, events) in &p.threads {
             assert_nested(events, &format!("{context} thread {tid}"));
         }
-        let counts = dump_counts(p);
-        let n = |k: &str, f: &str| counts.get(&(k.to_string(), f.to_string())).copied();
-        assert_eq!(n("exit", "work"), Some(calls), "{context}");
-        assert_eq!(n("exit", "on_signal"), Some(handled), "{context}");
-        assert_eq!(n("exit", "handler_fn"), Some(handled), "{context}");
-        assert_eq!(
-            n("exit", "leaf"),
-            Some(2 * calls + 100 * handled),
-            "{context}"
-        );
+        let counts = assert_balanced(p, &context);
+        assert_tracesig_counts(&counts, handled, calls, &context);
     }
 }
 
@@ -662,19 +594,10 @@ fn s390x_trace_clang14_mcount_entries_only() {
     // every entry, in order, and nothing else (no exit, nothing closed as unwound).
     let dir = workdir("s390x-trace-clang14-pg");
     let obj = compile_clang(&dir, "c/calltree.c", &["-pg"], "calltree.o");
-    let lib = runtime_lib(S390X, Lib::Static);
-    let exe = cc(
-        S390X,
-        &[
-            obj.as_os_str(),
-            lib.as_os_str(),
-            OsStr::new("-lpthread"),
-            OsStr::new("-ldl"),
-        ],
-        &dir.join("calltree"),
-    );
+    let exe = link_with(S390X.cc, &[obj.as_os_str()], false, &dir.join("calltree"));
     let trace = dir.join("trace");
-    run_traced(
+    run_in_trace_mode(
+        S390X,
         &exe,
         &[&T.to_string(), &K.to_string()],
         false,
@@ -682,36 +605,8 @@ fn s390x_trace_clang14_mcount_entries_only() {
         &dir,
         &trace,
     );
-    let worker: Vec<(String, String)> = calltree_worker(K)
-        .into_iter()
-        .filter(|(kind, _)| kind == "entry")
-        .map(|(_, name)| ("entry-no-exit".to_string(), name))
-        .collect();
-    let main = vec![("entry-no-exit".to_string(), "main".to_string())];
-    let procs = instrfn_dump(&trace);
-    let (mut workers, mut mains) = (0, 0);
-    for (tid, events) in &procs[0].threads {
-        let seq: Vec<(String, String)> = events
-            .iter()
-            .map(|e| (e.kind.clone(), e.name.clone()))
-            .collect();
-        if seq == worker {
-            workers += 1;
-        } else if seq == main {
-            mains += 1;
-        } else {
-            panic!("thread {tid}: {seq:?}");
-        }
-    }
-    assert_eq!((workers, mains), (T, 1));
+    assert_calltree_entries_only(&instrfn_dump(&trace)[0], T, K, "s390x clang 14 -pg");
 }
-
-/// One run of unwind.c: its arguments, the (kind, function, events) expected, extra environment.
-type UnwindCase = (
-    &'static [&'static str],
-    &'static [(&'static str, &'static str, u64)],
-    &'static [(&'static str, &'static str)],
-);
 
 /// The entry kinds of gcc -pg code: `_mcount` before the prologue (the return address at
 /// 8(%r15), reloaded into r14 after the call) and `__fentry__` as the first instruction (the
@@ -742,64 +637,6 @@ fn link_with(driver: &str, objs: &[&OsStr], preload: bool, out: &Path) -> PathBu
 /// keeps it a call here, as on aarch64, so it has its exit too.)
 #[test]
 fn s390x_trace_survives_longjmp_unwinding_and_tail_calls() {
-    let cases: [UnwindCase; 7] = [
-        (
-            &["longjmp", "5", "6"],
-            &[
-                ("entry", "dive", 35),
-                ("unwound", "dive", 35),
-                ("exit", "after", 5),
-            ],
-            &[],
-        ),
-        (
-            &["siglongjmp", "5", "6"],
-            &[
-                ("entry", "dive", 35),
-                ("unwound", "dive", 35),
-                ("unwound", "on_signal", 5),
-                ("exit", "after", 5),
-            ],
-            &[],
-        ),
-        (
-            &["exit", "3", "4"],
-            &[
-                ("entry", "dive", 15),
-                ("unwound", "dive", 15),
-                ("unwound", "thread_dive", 3),
-            ],
-            &[],
-        ),
-        (
-            &["cancel", "3", "4"],
-            &[
-                ("entry", "dive", 15),
-                ("unwound", "dive", 15),
-                ("unwound", "thread_dive", 3),
-            ],
-            &[],
-        ),
-        (
-            &["recurse", "2", "10"],
-            &[
-                ("entry", "dive", 6),
-                ("exit", "dive", 6),
-                ("entry-no-exit", "dive", 16),
-            ],
-            &[("INSTRFN_MAX_DEPTH", "4")],
-        ),
-        (
-            &["tailcall", "7"],
-            &[("exit", "tail_f", 7), ("exit", "tail_g", 7)],
-            &[],
-        ),
-        (
-            &["backtrace", "1", "5"],
-            &[("exit", "dive", 6), ("exit", "print_backtrace", 1)],
-            &[],
-        ),
-    ];
     for flags in HIJACKED {
         let name = format!("s390x-trace-unwind-c{}", flags.join(""));
         let dir = workdir(&name);
@@ -815,38 +652,12 @@ fn s390x_trace_survives_longjmp_unwinding_and_tail_calls() {
                 &dir.join(format!("unwind-{how}")),
             );
             let trace = dir.join(format!("trace-{how}"));
-            for (args, expected, env) in cases {
-                let context = format!("{name} {how}: {}", args.join(" "));
-                let plain = run_exe(S390X, &exe, args, &[], &dir);
-                let out = run_traced(&exe, args, preload, env, &dir, &trace);
-                assert_eq!(
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&plain.stdout),
-                    "{context}: the program's output"
-                );
-                let procs = instrfn_dump(&trace);
-                let counts = assert_balanced(&procs[0], &context);
-                for (kind, function, n) in expected {
-                    assert_eq!(
-                        count_of(&counts, kind, function),
-                        *n,
-                        "{context}: {kind} {function}\n{counts:?}"
-                    );
-                }
-            }
-            // Signal handlers run instrumented code in the middle of the thread's own calls.
-            let context = format!("{name} {how}: signal");
-            run_traced(&exe, &["signal", "300000"], preload, &[], &dir, &trace);
-            let handled = assert_balanced(&instrfn_dump(&trace)[0], &context);
-            assert!(
-                count_of(&handled, "exit", "handled") > 10,
-                "{context}: {handled:?}"
-            );
-            assert_eq!(
-                count_of(&handled, "exit", "work"),
-                300_000,
-                "{context}: {handled:?}"
-            );
+            let label = format!("{name} {how}");
+            assert_unwind_runs(S390X, &exe, &dir, 300_000, &label, |args, env| {
+                let out = run_in_trace_mode(S390X, &exe, args, preload, env, &dir, &trace);
+                let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+                (stdout, instrfn_dump(&trace).remove(0))
+            });
         }
     }
 }
@@ -859,55 +670,22 @@ fn s390x_trace_survives_longjmp_unwinding_and_tail_calls() {
 /// are traced returning. The same output; preloaded and linked statically.
 #[test]
 fn s390x_trace_survives_cpp_exceptions() {
-    let gxx = "s390x-linux-gnu-g++";
-    require_tool(gxx);
     for flags in HIJACKED {
         let name = format!("s390x-trace-cpp{}", flags.join(""));
         let dir = workdir(&name);
-        let obj = dir.join("throw.o");
-        run_ok(
-            std::process::Command::new(gxx)
-                .args(["-O2", "-march=z13", "-c"])
-                .args(flags)
-                .arg(fixture("c/throw.cpp"))
-                .arg("-o")
-                .arg(&obj),
-        );
-        for preload in [true, false] {
-            let how = if preload { "preloaded" } else { "linked" };
-            let context = format!("{name} {how}");
-            let exe = link_with(
-                gxx,
-                &[obj.as_os_str()],
-                preload,
-                &dir.join(format!("throw-{how}")),
-            );
-            let args = ["4", "6"];
-            let plain = run_exe(S390X, &exe, &args, &[], &dir);
-            assert_eq!(String::from_utf8_lossy(&plain.stdout), "caught 8\n");
-            let trace = dir.join(format!("trace-{how}"));
-            let out = run_traced(&exe, &args, preload, &[], &dir, &trace);
-            assert_eq!(
-                String::from_utf8_lossy(&out.stdout),
-                "caught 8\n",
-                "{context}"
-            );
-            let counts = assert_balanced(&instrfn_dump(&trace)[0], &context);
-            // thrower(6) is 7 frames, thrower(1) 2, per round
-            for (kind, function, n) in [
-                ("entry", "_Z7throwerm", 4 * 9),
-                ("unwound", "_Z7throwerm", 4 * 9),
-                ("exit", "_Z7catcherm", 4),
-                ("exit", "_Z5afterv", 4),
-                ("exit", "main", 1),
-            ] {
-                assert_eq!(
-                    count_of(&counts, kind, function),
-                    n,
-                    "{context}: {kind} {function}\n{counts:?}"
-                );
-            }
-        }
+        let mut cflags = vec!["-march=z13"];
+        cflags.extend_from_slice(flags);
+        // What s390x checks beyond the other architectures: every thrower frame's entry, and
+        // after()'s exits (4 rounds).
+        let extra = [("entry", "_Z7throwerm", 4 * 9), ("exit", "_Z5afterv", 4)];
+        let gxx = "s390x-linux-gnu-g++";
+        cross_cpp_exception_runs(S390X, gxx, &cflags, &dir, &extra, |exe, args, kind| {
+            let trace = dir.join(format!("trace-{kind:?}"));
+            let preload = kind == Runtime::Preload;
+            let out = run_in_trace_mode(S390X, exe, args, preload, &[], &dir, &trace);
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            (stdout, instrfn_dump(&trace).remove(0))
+        });
     }
 }
 
@@ -935,7 +713,8 @@ fn s390x_trace_exits_off_records_entries_only() {
                 let trace = dir.join(format!("trace-{how}"));
                 let args = [T.to_string(), k.to_string()];
                 let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                let out = run_traced(
+                let out = run_in_trace_mode(
+                    S390X,
                     &exe,
                     &args,
                     preload,
@@ -999,6 +778,7 @@ fn s390x_trace_min_duration_leaves_short_calls_out() {
         let name = format!("s390x-trace-min-duration{}", flags.join(""));
         let dir = workdir(&name);
         let obj = compile(&dir, "c/sleeps.c", flags, "sleeps.o");
+        let cyg = flags == ["-finstrument-functions"];
         for preload in [true, false] {
             let how = if preload { "preloaded" } else { "linked" };
             let exe = link_with(
@@ -1008,27 +788,11 @@ fn s390x_trace_min_duration_leaves_short_calls_out() {
                 &dir.join(format!("sleeps-{how}")),
             );
             let context = format!("{name} {how}");
-            let trace = dir.join(format!("trace-all-{how}"));
-            run_traced(&exe, &[], preload, &[], &dir, &trace);
-            let all = instrfn_dump(&trace).remove(0);
-            let trace = dir.join(format!("trace-{how}"));
-            let env = [("INSTRFN_MIN_DURATION", "5ms")];
-            let out = run_traced(&exe, &[], preload, &env, &dir, &trace);
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            assert!(stdout.starts_with("nap10 "), "{context}: {stdout}");
-            let mut procs = instrfn_dump(&trace);
-            assert_eq!(procs.len(), 1, "{context}");
-            let (kept, dropped) = (procs.remove(0), meta_dropped(&trace));
-            if flags == ["-finstrument-functions"] {
-                assert_eq!(dropped, 0, "{context}");
-                assert_eq!(
-                    calls_per_function(&kept),
-                    calls_per_function(&all),
-                    "{context}"
-                );
-            } else {
-                assert_min_duration_sleeps(&all, &kept, dropped, 5e6, &context);
-            }
+            min_duration_sleeps_runs(cyg, &context, |env| {
+                let trace = dir.join(format!("trace-{how}"));
+                let out = run_in_trace_mode(S390X, &exe, &[], preload, env, &dir, &trace);
+                (String::from_utf8_lossy(&out.stdout).into_owned(), trace)
+            });
         }
     }
 }
@@ -1049,17 +813,7 @@ fn s390x_trace_min_duration_signal_handlers_interrupt_the_take_back() {
         let name = format!("s390x-trace-min-duration-tracesig{}", flags.join(""));
         let dir = workdir(&name);
         let obj = compile(&dir, "c/tracesig.c", flags, "tracesig.o");
-        let lib = runtime_lib(S390X, Lib::Static);
-        let exe = cc(
-            S390X,
-            &[
-                obj.as_os_str(),
-                lib.as_os_str(),
-                OsStr::new("-lpthread"),
-                OsStr::new("-ldl"),
-            ],
-            &dir.join("tracesig"),
-        );
+        let exe = link_with(S390X.cc, &[obj.as_os_str()], false, &dir.join("tracesig"));
         min_duration_tracesig_rounds(S390X, &exe, &dir, &name, "walk");
     }
 }

@@ -840,8 +840,24 @@ pub fn count_of(counts: &BTreeMap<(String, String), u64>, kind: &str, name: &str
         .unwrap_or(0)
 }
 
-/// Checks one process of a calltree.c trace (T threads, K rounds) whose functions all sign
-/// their return addresses (aarch64 pac-ret), so each call is an entry without exit: every
+/// Asserts that `counts` (from [`assert_balanced`]) holds exactly `n` events of each (kind,
+/// function, n) of `expected`.
+pub fn assert_counts(
+    counts: &BTreeMap<(String, String), u64>,
+    expected: &[(&str, &str, u64)],
+    context: &str,
+) {
+    for (kind, function, n) in expected {
+        assert_eq!(
+            count_of(counts, kind, function),
+            *n,
+            "{context}: {kind} {function}\n{counts:?}"
+        );
+    }
+}
+
+/// Checks one process of a calltree.c trace (T threads, K rounds) in which each call is an
+/// entry without exit (aarch64 pac-ret, s390x clang 14 -pg, INSTRFN_EXITS=off): every
 /// worker thread's events are exactly [`calltree_worker`]'s entries as `entry-no-exit`, with
 /// no exit, the main thread's `entry-no-exit main`; timestamps never decrease within a thread.
 pub fn assert_calltree_entries_only(p: &DumpProcess, t: usize, k: usize, context: &str) {
@@ -1158,38 +1174,485 @@ pub fn assert_nested(events: &[DumpEvent], context: &str) {
 pub fn min_duration_tracesig_rounds(arch: Arch, exe: &Path, dir: &Path, name: &str, walk: &str) {
     for (threshold, walking) in [("1s", false), ("100us", false), ("100us", true)] {
         let context = format!("{name} {threshold}{}", if walking { " walk" } else { "" });
-        let tdir = dir.join("trace");
-        let _ = std::fs::remove_dir_all(&tdir);
-        let t = tdir.display().to_string();
-        let env = [
-            ("INSTRFN_MODE", "trace"),
-            ("INSTRFN_OUTPUT", t.as_str()),
-            ("INSTRFN_BUFSIZE", "4096"),
-            ("INSTRFN_MIN_DURATION", threshold),
-        ];
         let args: &[&str] = if walking { &["3000", walk] } else { &["3000"] };
-        let mut cmd = command(arch, exe, args, &env, dir);
-        cmd.env("QEMU_SINGLESTEP", "1");
-        let out = run_within(&mut cmd, 300);
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "{context}: {}\n{stdout}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let words: Vec<&str> = stdout.split_whitespace().collect();
-        let (handled, calls): (u64, u64) = match words[..] {
-            ["handled", h, "calls", c] => (h.parse().unwrap(), c.parse().unwrap()),
-            _ => panic!("{context}: {stdout}"),
-        };
-        assert!(handled > 0, "{context}: no signal was handled");
-        let mut procs = instrfn_dump(&tdir);
-        assert_eq!(procs.len(), 1, "{context}");
-        let p = procs.remove(0);
-        for (tid, events) in &p.threads {
-            assert_nested(events, &format!("{context} thread {tid}"));
-        }
+        let env = [("INSTRFN_MIN_DURATION", threshold)];
+        let (handled, calls, p, tdir) =
+            tracesig_singlestep_run(arch, exe, args, &env, dir, &context);
         assert_min_duration_tracesig(&p, meta_dropped(&tdir), handled, calls, &context);
+    }
+}
+
+/// One run of tracesig.c `exe` (built for `arch`) with `args`, single-stepped under qemu, which
+/// then delivers a signal after any instruction (handlers trace between any two instructions
+/// of the trampolines), in trace mode into a fresh `<dir>/trace` with 4 KiB chunks and `extra`
+/// environment after those: status 0 within 300 s, a signal handled, one process, every
+/// thread's events nested with every exit ([`assert_nested`]). Returns the signals handled,
+/// the calls of work, the process and the trace directory.
+pub fn tracesig_singlestep_run(
+    arch: Arch,
+    exe: &Path,
+    args: &[&str],
+    extra: &[(&str, &str)],
+    dir: &Path,
+    context: &str,
+) -> (u64, u64, DumpProcess, PathBuf) {
+    let tdir = dir.join("trace");
+    let _ = std::fs::remove_dir_all(&tdir);
+    let t = tdir.display().to_string();
+    let mut env = vec![
+        ("INSTRFN_MODE", "trace"),
+        ("INSTRFN_OUTPUT", t.as_str()),
+        ("INSTRFN_BUFSIZE", "4096"),
+    ];
+    env.extend_from_slice(extra);
+    let mut cmd = command(arch, exe, args, &env, dir);
+    cmd.env("QEMU_SINGLESTEP", "1");
+    let out = run_within(&mut cmd, 300);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{context}: {}\n{stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (handled, calls) = tracesig_output(&stdout, context);
+    assert!(handled > 0, "{context}: no signal was handled");
+    let mut procs = instrfn_dump(&tdir);
+    assert_eq!(procs.len(), 1, "{context}: {procs:?}");
+    let p = procs.remove(0);
+    for (tid, events) in &p.threads {
+        assert_nested(events, &format!("{context} thread {tid}"));
+    }
+    (handled, calls, p, tdir)
+}
+
+/// tracesig.c's one line of output, `handled H calls C`: (signals handled, calls of work).
+pub fn tracesig_output(stdout: &str, context: &str) -> (u64, u64) {
+    let words: Vec<&str> = stdout.split_whitespace().collect();
+    match words[..] {
+        ["handled", h, "calls", c] => (h.parse().unwrap(), c.parse().unwrap()),
+        _ => panic!("{context}: {stdout}"),
+    }
+}
+
+// Trace mode: what tests/host.rs and every tests/trace_<arch>.rs check alike. Where an
+// architecture expects other events, the shared code says so, for that architecture, and why.
+
+/// How the runtime gets into a traced program (tests/trace_<arch>.rs).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Runtime {
+    /// Run with LD_PRELOAD=libinstrfn.so (under qemu through its -E).
+    Preload,
+    /// libinstrfn.a linked in; traced by environment alone.
+    Static,
+}
+
+/// Links `obj` with `arch.cc` (no -pg at link time) and `extra` arguments into
+/// `<dir>/<stem>-<runtime>`: with libinstrfn.a for [`Runtime::Static`], without for
+/// [`Runtime::Preload`]; -lpthread -ldl last.
+pub fn link_runtime(
+    arch: Arch,
+    dir: &Path,
+    obj: &Path,
+    extra: &[&str],
+    stem: &str,
+    runtime: Runtime,
+) -> PathBuf {
+    let lib = runtime_lib(arch, Lib::Static);
+    let mut args: Vec<&OsStr> = vec![obj.as_os_str()];
+    args.extend(extra.iter().map(OsStr::new));
+    if runtime == Runtime::Static {
+        args.push(lib.as_os_str());
+    }
+    args.extend([OsStr::new("-lpthread"), OsStr::new("-ldl")]);
+    cc(arch, &args, &dir.join(format!("{stem}-{runtime:?}")))
+}
+
+/// Runs `exe` for `arch` (see [`command`]) in trace mode into `trace` (INSTRFN_MODE=trace and
+/// INSTRFN_OUTPUT; the directory removed first, so the trace is this run's alone), with
+/// libinstrfn.so preloaded when `preload` (else the runtime must be linked in), and `extra`
+/// environment after those; panics unless it exits with status 0 within 300 s.
+pub fn run_in_trace_mode(
+    arch: Arch,
+    exe: &Path,
+    args: &[&str],
+    preload: bool,
+    extra: &[(&str, &str)],
+    dir: &Path,
+    trace: &Path,
+) -> Output {
+    let _ = std::fs::remove_dir_all(trace);
+    let lib = runtime_lib(arch, Lib::Shared).display().to_string();
+    let out = trace.display().to_string();
+    let mut env = vec![("INSTRFN_MODE", "trace"), ("INSTRFN_OUTPUT", out.as_str())];
+    if preload {
+        env.push(("LD_PRELOAD", lib.as_str()));
+    }
+    env.extend_from_slice(extra);
+    run_within(&mut command(arch, exe, args, &env, dir), 300)
+}
+
+/// The arcs gprof must show for calltree.c at `t` threads of `k` rounds (see its header):
+/// run calls a once per round, a calls b twice, b calls c once, exactly.
+pub fn calltree_arcs(t: u64, k: u64) -> [(&'static str, &'static str, u64); 3] {
+    [
+        ("run", "a", t * k),
+        ("a", "b", 2 * t * k),
+        ("b", "c", 2 * t * k),
+    ]
+}
+
+/// One run of unwind.c: its arguments, the (kind, function, events) expected, extra environment.
+pub type UnwindCase = (
+    &'static [&'static str],
+    &'static [(&'static str, &'static str, u64)],
+    &'static [(&'static str, &'static str)],
+);
+
+/// The runs of unwind.c (compiled with -pg -rdynamic, linked with -rdynamic) that the trace
+/// tests of every architecture make, with the exact events each must leave on `arch`: longjmp,
+/// siglongjmp from a handler on an alternate stack, pthread_exit, cancellation, a shadow stack
+/// too small (INSTRFN_MAX_DEPTH=4: the frames beyond it are entries without exit), tail calls,
+/// backtrace(). The same on every architecture but where a case says otherwise.
+pub fn unwind_cases(arch: Arch) -> [UnwindCase; 7] {
+    let tailcall: UnwindCase = if arch.triple == RISCV64.triple {
+        // riscv64: tail_g, tail-called by tail_f, runs in tail_f's frame with the exit
+        // trampoline already in its return slot (the same CFA - 8), so it is an entry without
+        // exit and its return is tail_f's exit (riscv64's documented entry-only case,
+        // src/arch/riscv64.rs `instrfn_riscv64_trace_path`).
+        (
+            &["tailcall", "7"],
+            &[
+                ("entry", "tail_f", 7),
+                ("exit", "tail_f", 7),
+                ("entry-no-exit", "tail_g", 7),
+                ("exit", "tail_g", 0),
+            ],
+            &[],
+        )
+    } else {
+        (
+            &["tailcall", "7"],
+            &[("exit", "tail_f", 7), ("exit", "tail_g", 7)],
+            &[],
+        )
+    };
+    let backtrace: UnwindCase = if arch.triple == X86_64.triple {
+        // x86_64: gcc inlines print_backtrace (static, not `noinline`) into its caller, so it
+        // has no events of its own. The cross gccs (aarch64, riscv64, s390x) keep it a call.
+        (&["backtrace", "1", "5"], &[("exit", "dive", 6)], &[])
+    } else {
+        (
+            &["backtrace", "1", "5"],
+            &[("exit", "dive", 6), ("exit", "print_backtrace", 1)],
+            &[],
+        )
+    };
+    [
+        (
+            &["longjmp", "5", "6"],
+            &[
+                ("entry", "dive", 35),
+                ("unwound", "dive", 35),
+                ("exit", "after", 5),
+            ],
+            &[],
+        ),
+        (
+            &["siglongjmp", "5", "6"],
+            &[
+                ("entry", "dive", 35),
+                ("unwound", "dive", 35),
+                ("unwound", "on_signal", 5),
+                ("exit", "after", 5),
+            ],
+            &[],
+        ),
+        (
+            &["exit", "3", "4"],
+            &[
+                ("entry", "dive", 15),
+                ("unwound", "dive", 15),
+                ("unwound", "thread_dive", 3),
+            ],
+            &[],
+        ),
+        (
+            &["cancel", "3", "4"],
+            &[
+                ("entry", "dive", 15),
+                ("unwound", "dive", 15),
+                ("unwound", "thread_dive", 3),
+            ],
+            &[],
+        ),
+        (
+            &["recurse", "2", "10"],
+            &[
+                ("entry", "dive", 6),
+                ("exit", "dive", 6),
+                ("entry-no-exit", "dive", 16),
+            ],
+            &[("INSTRFN_MAX_DEPTH", "4")],
+        ),
+        tailcall,
+        backtrace,
+    ]
+}
+
+/// Runs unwind.c `exe` (built for `arch`) for each of its [`unwind_cases`], without instrfn (in
+/// `dir`) and in trace mode through `traced(args, env)`, which returns the program's output and
+/// its trace's one process: every case prints what it prints without instrfn and leaves a
+/// balanced trace ([`assert_balanced`]: every entry gets its exit or is closed as unwound) with
+/// exactly the case's counts. Then `signal <signals>` in trace mode: signal handlers run
+/// instrumented code in the middle of the thread's own calls; the trace is balanced, more than
+/// 10 handlers are traced (returning, but on riscv64: see below), and all `signals` calls of
+/// work return.
+pub fn assert_unwind_runs(
+    arch: Arch,
+    exe: &Path,
+    dir: &Path,
+    signals: u64,
+    label: &str,
+    traced: impl Fn(&[&str], &[(&str, &str)]) -> (String, DumpProcess),
+) {
+    for (args, expected, env) in unwind_cases(arch) {
+        let context = format!("{label}: {}", args.join(" "));
+        let plain = run_exe(arch, exe, args, &[], dir);
+        let (out, p) = traced(args, env);
+        assert_eq!(
+            out,
+            String::from_utf8_lossy(&plain.stdout),
+            "{context}: the program's output"
+        );
+        assert_counts(&assert_balanced(&p, &context), expected, &context);
+    }
+    let context = format!("{label}: signal {signals}");
+    let (out, p) = traced(&["signal", &signals.to_string()], &[]);
+    let handled = assert_balanced(&p, &context);
+    if arch.triple == RISCV64.triple {
+        // riscv64: on_alarm tail-calls handled (gcc -O2): as with tail_g in unwind_cases,
+        // handled is an entry without exit and its return is on_alarm's exit.
+        let n = count_of(&handled, "entry-no-exit", "handled");
+        assert!(n > 10, "{context}: {handled:?} {out}");
+        assert_eq!(count_of(&handled, "exit", "on_alarm"), n, "{context}");
+        assert_eq!(count_of(&handled, "exit", "handled"), 0, "{context}");
+    } else {
+        assert!(
+            count_of(&handled, "exit", "handled") > 10,
+            "{context}: {handled:?} {out}"
+        );
+    }
+    assert_eq!(
+        count_of(&handled, "exit", "work"),
+        signals,
+        "{context}: {handled:?}"
+    );
+}
+
+/// Checks the trace of throw.cpp `4 6` (`counts` from [`assert_balanced`]): C++ exceptions
+/// thrown through -pg frames with destructors (cleanup pads, _Unwind_Resume), caught and
+/// rethrown. Every thrower frame (thrower(6) is 7 frames, thrower(1) 2, per round: 4 rounds) is
+/// closed as unwound; the 4 catching frames and main are traced returning.
+pub fn assert_cpp_exception_counts(counts: &BTreeMap<(String, String), u64>, context: &str) {
+    let expected = [
+        ("unwound", "_Z7throwerm", 4 * 9),
+        ("exit", "_Z7catcherm", 4),
+        ("exit", "main", 1),
+    ];
+    assert_counts(counts, &expected, context);
+}
+
+/// throw.cpp compiled by `arch`'s cross g++ `gxx` (`-O2 -c` and `cflags`) into `<dir>`, linked
+/// by it for each [`Runtime`] into `<dir>/throw-<runtime>`, and run `4 6` without instrfn and
+/// in trace mode through `traced(exe, args, runtime)`, which returns the program's output and
+/// its trace's one process: "caught 8" both times, a balanced trace with the counts of
+/// [`assert_cpp_exception_counts`], and `extra` (kind, function, events) counts as well.
+pub fn cross_cpp_exception_runs(
+    arch: Arch,
+    gxx: &str,
+    cflags: &[&str],
+    dir: &Path,
+    extra: &[(&str, &str, u64)],
+    traced: impl Fn(&Path, &[&str], Runtime) -> (String, DumpProcess),
+) {
+    require_tool(gxx);
+    let obj = dir.join("throw.o");
+    run_ok(
+        Command::new(gxx)
+            .args(["-O2", "-c"])
+            .args(cflags)
+            .arg(fixture("c/throw.cpp"))
+            .arg("-o")
+            .arg(&obj),
+    );
+    let lib = runtime_lib(arch, Lib::Static);
+    let name = dir.file_name().unwrap().to_string_lossy();
+    for runtime in [Runtime::Preload, Runtime::Static] {
+        let context = format!("{name} {runtime:?}");
+        let exe = dir.join(format!("throw-{runtime:?}"));
+        let mut cmd = Command::new(gxx);
+        cmd.arg(&obj);
+        if runtime == Runtime::Static {
+            cmd.arg(&lib);
+        }
+        run_ok(cmd.args(["-lpthread", "-ldl", "-o"]).arg(&exe));
+        let args = ["4", "6"];
+        let plain = run_exe(arch, &exe, &args, &[], dir);
+        assert_eq!(String::from_utf8_lossy(&plain.stdout), "caught 8\n");
+        let (out, p) = traced(&exe, &args, runtime);
+        assert_eq!(out, "caught 8\n", "{context}");
+        let counts = assert_balanced(&p, &context);
+        assert_cpp_exception_counts(&counts, &context);
+        assert_counts(&counts, extra, &context);
+    }
+}
+
+/// rust-app `exe` (built for `arch` with [`build_instrumented_rust`]) run `panic 5 4`, `resume
+/// 5 4` and `backtrace 4` in `dir`, without instrfn and in trace mode (into `<dir>/trace`):
+/// Rust panics caught by catch_unwind, resume_unwind, and std's Backtrace through instrumented
+/// frames. The same output, a balanced trace, and dive's frames (25 per panicking run, 5 for
+/// the backtrace) all entered and, with `exits`, all closed (unwound by the panics, returning
+/// after the backtrace); without `exits` (where trace mode records entries only) all entries
+/// without exit.
+pub fn rust_panic_runs(arch: Arch, exe: &Path, dir: &Path, label: &str, exits: bool) {
+    for args in [
+        &["panic", "5", "4"][..],
+        &["resume", "5", "4"][..],
+        &["backtrace", "4"][..],
+    ] {
+        let context = format!("{label} {}", args.join(" "));
+        let plain = run_exe(arch, exe, args, &[], dir);
+        let trace = dir.join("trace");
+        let out = run_in_trace_mode(arch, exe, args, false, &[], dir, &trace);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&plain.stdout),
+            "{context}: the program's output"
+        );
+        let counts = assert_balanced(&instrfn_dump(&trace)[0], &context);
+        let dive = counts
+            .keys()
+            .find(|(_, n)| n.contains("rust_app4dive"))
+            .map(|(_, n)| n.clone())
+            .unwrap_or_else(|| panic!("{context}: no dive events: {counts:?}"));
+        let (frames, closed) = if args[0] == "backtrace" {
+            (5, "exit")
+        } else {
+            (25, "unwound")
+        };
+        if exits {
+            assert_eq!(count_of(&counts, "entry", &dive), frames, "{context}");
+            assert_eq!(count_of(&counts, closed, &dive), frames, "{context}");
+        } else {
+            assert_eq!(
+                count_of(&counts, "entry-no-exit", &dive),
+                frames,
+                "{context}"
+            );
+        }
+    }
+}
+
+/// Checks the events of a tracesig.c run that recorded every call (`counts` from
+/// [`assert_balanced`]; `handled` signals, `calls` calls of work): work, on_signal, handler_fn
+/// and leaf (twice per work, 100 times per handler) have exactly one entry and one exit a call.
+pub fn assert_tracesig_counts(
+    counts: &BTreeMap<(String, String), u64>,
+    handled: u64,
+    calls: u64,
+    context: &str,
+) {
+    for (f, n) in [
+        ("work", calls),
+        ("on_signal", handled),
+        ("handler_fn", handled),
+        ("leaf", 2 * calls + 100 * handled),
+    ] {
+        assert_eq!(count_of(counts, "entry", f), n, "{context}: {f}");
+        assert_eq!(count_of(counts, "exit", f), n, "{context}: {f}");
+    }
+}
+
+/// Signal handlers that trace between any two instructions of the trampolines: tracesig.c
+/// `exe` (built for `arch`) single-stepped under qemu, which delivers a signal after any
+/// instruction, with 4 KiB chunks and libinstrfn.so preloaded when `preload`, for three rounds
+/// `3000`, the last `3000 <walk>` (tracesig.c's stack-walking argument: every handler walks the
+/// stack with backtrace() first). Every round: what [`tracesig_singlestep_run`] checks (status
+/// 0, a signal handled, one process, nested with every exit), nothing lost (in the dump or in
+/// any meta file), and the exact counts of [`assert_tracesig_counts`]. `check(trace, context)`
+/// then checks the round's trace directory for what the caller checks in every trace of its
+/// own.
+pub fn tracesig_singlestep_rounds(
+    arch: Arch,
+    exe: &Path,
+    preload: bool,
+    dir: &Path,
+    name: &str,
+    walk: &str,
+    check: impl Fn(&Path, &str),
+) {
+    let lib = runtime_lib(arch, Lib::Shared).display().to_string();
+    for round in 0..3 {
+        let walking = round == 2;
+        let context = format!(
+            "{name} round {round}{}",
+            if walking { " backtrace" } else { "" }
+        );
+        let args: &[&str] = if walking { &["3000", walk] } else { &["3000"] };
+        let env: &[(&str, &str)] = if preload {
+            &[("LD_PRELOAD", lib.as_str())]
+        } else {
+            &[]
+        };
+        let (handled, calls, p, tdir) =
+            tracesig_singlestep_run(arch, exe, args, env, dir, &context);
+        assert_eq!(p.lost, 0, "{context}: events lost");
+        for meta in std::fs::read_dir(&tdir).unwrap() {
+            let path = meta.unwrap().path();
+            if path.extension().is_some_and(|e| e == "meta") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                assert!(
+                    !text.lines().any(|l| l.starts_with("lost ")),
+                    "{context}: events lost:\n{text}"
+                );
+            }
+        }
+        let counts = assert_balanced(&p, &context);
+        assert_tracesig_counts(&counts, handled, calls, &context);
+        check(&tdir, &context);
+    }
+}
+
+/// INSTRFN_MIN_DURATION=5ms on sleeps.c: `traced(env)` runs it in trace mode with extra
+/// environment `env` and returns its output and trace directory, once without the threshold
+/// and once with it. Each trace is one process; with the threshold the program still prints
+/// its naps. Code built with -finstrument-functions (`instrument_functions`) records every
+/// call, as on every architecture (its exit hook has no shadow entry that ties it to its own
+/// entry): nothing dropped, the same calls as without the threshold; any other code as
+/// [`assert_min_duration_sleeps`] says.
+pub fn min_duration_sleeps_runs(
+    instrument_functions: bool,
+    context: &str,
+    traced: impl Fn(&[(&str, &str)]) -> (String, PathBuf),
+) {
+    let (_, trace) = traced(&[]);
+    let mut procs = instrfn_dump(&trace);
+    assert_eq!(procs.len(), 1, "{context}");
+    let all = procs.remove(0);
+    let (out, trace) = traced(&[("INSTRFN_MIN_DURATION", "5ms")]);
+    assert!(out.starts_with("nap10 "), "{context}: {out}");
+    let mut procs = instrfn_dump(&trace);
+    assert_eq!(procs.len(), 1, "{context}");
+    let (kept, dropped) = (procs.remove(0), meta_dropped(&trace));
+    if instrument_functions {
+        assert_eq!(dropped, 0, "{context}");
+        assert_eq!(
+            calls_per_function(&kept),
+            calls_per_function(&all),
+            "{context}"
+        );
+    } else {
+        assert_min_duration_sleeps(&all, &kept, dropped, 5e6, context);
     }
 }
