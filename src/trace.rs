@@ -166,24 +166,15 @@ pub fn configure_filters(depth: usize, min_ns: u64) {
 }
 
 /// `ns` in counter ticks, from the counter's rate measured against CLOCK_MONOTONIC over 2 ms
-/// (at start-up, only when INSTRFN_MIN_DURATION asks: the threshold is that precise).
+/// (at start-up, only when INSTRFN_MIN_DURATION asks: the threshold is that precise). Each end
+/// is a [`counter_at_monotonic`] pair: a thread preempted between a clock and a counter read (a
+/// loaded machine, an emulator) would otherwise make the rate, and the threshold, several times
+/// too large (seen under qemu: 10 ms calls left out at a 5 ms threshold).
 fn ns_to_ticks(ns: u64) -> u64 {
-    let mono = || {
-        let mut t = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime into a local.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
-        t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-    };
-    let (c0, m0) = (arch::counter(), mono());
-    let mut m1 = m0;
-    while m1 - m0 < 2_000_000 {
-        m1 = mono();
-    }
-    let c1 = arch::counter();
-    let rate = (c1.wrapping_sub(c0)) as f64 / (m1 - m0) as f64;
+    let (c0, m0) = counter_at_monotonic();
+    while sys::monotonic_ns() - m0 < 2_000_000 {}
+    let (c1, m1) = counter_at_monotonic();
+    let rate = (c1.wrapping_sub(c0)) as f64 / (m1 - m0).max(1) as f64;
     ((ns as f64 * rate) as u64).max(1)
 }
 
@@ -590,9 +581,25 @@ fn read_file(path: &core::ffi::CStr, mut f: impl FnMut(&[u8])) {
 }
 
 /// A (counter, CLOCK_MONOTONIC ns, CLOCK_REALTIME ns) triple, read close together.
+/// The counter and CLOCK_MONOTONIC at one instant: the clock read between two counter reads,
+/// the tightest bracket of 16 tries, the counter taken at its middle (a thread preempted
+/// between the reads would pair values milliseconds apart).
+fn counter_at_monotonic() -> (u64, u64) {
+    let mut best = (u64::MAX, 0, 0);
+    for _ in 0..16 {
+        let a = arch::counter();
+        let m = sys::monotonic_ns();
+        let b = arch::counter();
+        let width = b.wrapping_sub(a);
+        if width < best.0 {
+            best = (width, a.wrapping_add(width / 2), m);
+        }
+    }
+    (best.1, best.2)
+}
+
 fn clock_pair() -> (u64, u64, u64) {
-    let c = arch::counter();
-    let mono = sys::monotonic_ns();
+    let (c, mono) = counter_at_monotonic();
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
