@@ -206,29 +206,15 @@ fn exit_harness(dir: &Path, name: &str, extra: &[&OsStr]) -> PathBuf {
     cc(ARCH, &args, &dir.join(name))
 }
 
-/// Per events file of a trace: how many chunks after a slot's first one begin with an exit
-/// event (chunk header: size at 12, sequence number at 24; events from 64, the tag word's kind
-/// in its low 4 bits). With the harness's odd event count and 4 KiB chunks, each such exit
-/// found its chunk full in the exit trampoline, which left it to its slow part.
+/// In a trace (its events and staging files): how many chunks after a slot's first one begin
+/// with an exit event (common::raw_chunks). With the harness's odd event count and 4 KiB
+/// chunks, each such exit found its chunk full in the exit trampoline, which left it to its
+/// slow part.
 fn chunks_opened_by_an_exit(tdir: &Path) -> usize {
-    let mut n = 0;
-    for entry in std::fs::read_dir(tdir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_none_or(|e| e != "events") {
-            continue;
-        }
-        let bytes = std::fs::read(&path).unwrap();
-        let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap());
-        let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap());
-        let size = u32_at(12) as usize;
-        for at in (0..bytes.len()).step_by(size) {
-            if &bytes[at..at + 8] == b"IFNCHNK1" && u64_at(at + 24) > 0 && u64_at(at + 72) & 15 == 2
-            {
-                n += 1;
-            }
-        }
-    }
-    n
+    raw_chunks(tdir)
+        .iter()
+        .filter(|c| c.seq > 0 && c.first_kind == 2)
+        .count()
 }
 
 /// The exit trampoline keeps a0, a1, fa0, fa1, fcsr and every callee-saved register (the

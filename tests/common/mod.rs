@@ -915,14 +915,18 @@ pub struct RawChunk {
     pub first_kind: u64,
 }
 
-/// The chunks of every events file in trace directory `dir`, read without the reader crate.
+/// The chunks of every events and staging file in trace directory `dir`, read without the
+/// reader crate (a chunk in both files, committed as the process ended, once).
 pub fn raw_chunks(dir: &Path) -> Vec<RawChunk> {
-    let mut chunks = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let path = entry.path();
-        if path.extension().is_none_or(|e| e != "events") {
-            continue;
-        }
+    let mut chunks: Vec<RawChunk> = Vec::new();
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "events" || e == "stage"))
+        .collect();
+    paths.sort();
+    for path in paths {
         let data = std::fs::read(&path).unwrap();
         // The first chunk written (one the collector prepared may be all zero).
         let Some(first) = (0..data.len().saturating_sub(63))
@@ -956,12 +960,15 @@ pub fn raw_chunks(dir: &Path) -> Vec<RawChunk> {
             .chunks(size)
             .filter(|c| c.len() >= 80 && &c[..8] == b"IFNCHNK1")
         {
-            chunks.push(RawChunk {
-                little_endian: le,
-                slot: u32_at(chunk, 16),
-                seq: u64_at(chunk, 24),
-                first_kind: u64_at(chunk, 72) & 15,
-            });
+            let (slot, seq) = (u32_at(chunk, 16), u64_at(chunk, 24));
+            if !chunks.iter().any(|c| (c.slot, c.seq) == (slot, seq)) {
+                chunks.push(RawChunk {
+                    little_endian: le,
+                    slot,
+                    seq,
+                    first_kind: u64_at(chunk, 72) & 15,
+                });
+            }
         }
     }
     chunks
