@@ -467,11 +467,7 @@ fn aarch64_rust_dependency_route() {
         ],
         "aarch64 rust",
     );
-    assert!(
-        !flat.text.contains("instrfn::"),
-        "runtime functions were counted:\n{}",
-        flat.text
-    );
+    flat.assert_no_runtime_calls("aarch64 rust");
 }
 
 #[test]

@@ -232,6 +232,23 @@ pub struct Flat {
 }
 
 impl Flat {
+    /// Panics if a function of the runtime has a call count: the runtime is instrumented too
+    /// when RUSTFLAGS reach every crate, and its guard must keep its own calls out. (A
+    /// histogram sample may land in runtime code, a thread's exit path say: time, not a call.)
+    pub fn assert_no_runtime_calls(&self, context: &str) {
+        let counted: Vec<&String> = self
+            .entries
+            .iter()
+            .filter(|(name, e)| name.contains("instrfn::") && e.calls.is_some_and(|c| c > 0))
+            .map(|(name, _)| name)
+            .collect();
+        assert!(
+            counted.is_empty(),
+            "{context}: runtime functions were counted: {counted:?}\n{}",
+            self.text
+        );
+    }
+
     /// The call count gprof shows for `name` (0 when absent or blank).
     pub fn calls(&self, name: &str) -> u64 {
         self.entries.get(name).and_then(|e| e.calls).unwrap_or(0)
