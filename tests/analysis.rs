@@ -553,26 +553,32 @@ fn record_env(dir: &Path, exe: &Path, args: &[&str], env: &[(&str, &str)]) -> Pa
     trace
 }
 
-#[test]
-fn a_chunk_in_both_files_counts_once() {
-    // A SIGKILL between a commit's copy into the events file and the clearing of its staging
-    // chunk leaves the chunk in both files; one during the copy leaves a shorter copy in the
-    // events file (docs/trace-format.md). Either way the trace reads as it was written: the
-    // copy with more events counts, once.
-    const CHUNK: usize = 4096;
-    let dir = workdir("report-duplicate-chunk");
+/// `instrfn dump DIR`'s output.
+fn dump_text(d: &Path) -> String {
+    String::from_utf8(run_ok(Command::new(instrfn_cli()).arg("dump").arg(d)).stdout).unwrap()
+}
+
+/// A trace of calltree.c `args` in chunks of `chunk` bytes, recorded without a collector (each
+/// thread commits its chunks itself, so some are committed for sure), with its events and
+/// staging files, the events file's bytes and the offset of its first committed chunk.
+struct Committed {
+    trace: PathBuf,
+    events: PathBuf,
+    stage: PathBuf,
+    bytes: Vec<u8>,
+    at: usize,
+}
+
+fn trace_with_a_committed_chunk(name: &str, args: &[&str], chunk: usize) -> Committed {
+    let dir = workdir(name);
     let exe = build(&dir, "calltree.c", &["-pg"]);
-    // (No collector: each thread commits its chunks itself, so some are committed for sure.)
+    let size = chunk.to_string();
     let trace = record_env(
         &dir,
         &exe,
-        &["2", "200"],
-        &[("INSTRFN_BUFSIZE", "4096"), ("INSTRFN_COLLECTOR", "off")],
+        args,
+        &[("INSTRFN_BUFSIZE", &size), ("INSTRFN_COLLECTOR", "off")],
     );
-    let dump = |d: &Path| {
-        String::from_utf8(run_ok(Command::new(instrfn_cli()).arg("dump").arg(d)).stdout).unwrap()
-    };
-    let before = dump(&trace);
     let suffix = |s: &str| {
         std::fs::read_dir(&trace)
             .unwrap()
@@ -582,11 +588,36 @@ fn a_chunk_in_both_files_counts_once() {
             .unwrap()
     };
     let (events, stage) = (suffix(".events"), suffix(".stage"));
-    let committed = std::fs::read(&events).unwrap();
-    let at = (0..committed.len() / CHUNK)
-        .map(|i| i * CHUNK)
-        .find(|&o| committed[o..].starts_with(b"IFNCHNK1"))
+    let bytes = std::fs::read(&events).unwrap();
+    let at = (0..bytes.len() / chunk)
+        .map(|i| i * chunk)
+        .find(|&o| bytes[o..].starts_with(b"IFNCHNK1"))
         .expect("a committed chunk");
+    Committed {
+        trace,
+        events,
+        stage,
+        bytes,
+        at,
+    }
+}
+
+#[test]
+fn a_chunk_in_both_files_counts_once() {
+    // A SIGKILL between a commit's copy into the events file and the clearing of its staging
+    // chunk leaves the chunk in both files; one during the copy leaves a shorter copy in the
+    // events file (docs/trace-format.md). Either way the trace reads as it was written: the
+    // copy with more events counts, once.
+    const CHUNK: usize = 4096;
+    let Committed {
+        trace,
+        events,
+        stage,
+        bytes: committed,
+        at,
+    } = trace_with_a_committed_chunk("report-duplicate-chunk", &["2", "200"], CHUNK);
+    let dump = |d: &Path| dump_text(d);
+    let before = dump(&trace);
     let chunk = committed[at..at + CHUNK].to_vec();
     let events_in = |c: &[u8]| {
         c[64..]
@@ -626,33 +657,15 @@ fn a_staging_chunk_being_cleared_reads_as_unused() {
     // bytes are zero and whose other pages still hold the old events. Readers take it as
     // unused (its events are in the events file), wherever it lies in the staging file.
     const CHUNK: usize = 16 << 10;
-    let dir = workdir("report-cleared-chunk");
-    let exe = build(&dir, "calltree.c", &["-pg"]);
-    // (No collector: each thread commits its chunks itself, so some are committed for sure.)
-    let trace = record_env(
-        &dir,
-        &exe,
-        &["2", "400"],
-        &[("INSTRFN_BUFSIZE", "16K"), ("INSTRFN_COLLECTOR", "off")],
-    );
-    let dump = |d: &Path| {
-        String::from_utf8(run_ok(Command::new(instrfn_cli()).arg("dump").arg(d)).stdout).unwrap()
-    };
+    let Committed {
+        trace,
+        stage,
+        bytes: committed,
+        at,
+        ..
+    } = trace_with_a_committed_chunk("report-cleared-chunk", &["2", "400"], CHUNK);
+    let dump = |d: &Path| dump_text(d);
     let before = dump(&trace);
-    let suffix = |s: &str| {
-        std::fs::read_dir(&trace)
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| p.to_string_lossy().ends_with(s))
-            .unwrap()
-    };
-    let (events, stage) = (suffix(".events"), suffix(".stage"));
-    let committed = std::fs::read(&events).unwrap();
-    let at = (0..committed.len() / CHUNK)
-        .map(|i| i * CHUNK)
-        .find(|&o| committed[o..].starts_with(b"IFNCHNK1"))
-        .expect("a committed chunk");
     let mut cleared = committed[at..at + CHUNK].to_vec();
     cleared[..8].fill(0);
     assert!(
