@@ -515,7 +515,9 @@ fn commit_and_recycle(base: usize) {
 }
 
 /// A chunk for the calling thread, if the pool (or, when it is empty, the spares) has one (0
-/// if not). The collector is woken to prepare the next.
+/// if not). The collector is woken to prepare the next. A spare counts as the collector's when
+/// it runs (it committed and cleared it, and only missed moving it into the pool), else as the
+/// threads' (they committed it).
 pub fn take() -> usize {
     let mut base = pop(&READY);
     if base != 0 {
@@ -523,7 +525,11 @@ pub fn take() -> usize {
     } else {
         base = pop(&FREE);
         if base != 0 {
-            BY_THREADS.fetch_add(1, Ordering::Relaxed);
+            if TID.load(Ordering::Relaxed) != 0 {
+                PREPARED.fetch_add(1, Ordering::Relaxed);
+            } else {
+                BY_THREADS.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
     if base != 0 {
