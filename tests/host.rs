@@ -1822,6 +1822,17 @@ fn trace_losses_are_counted_exactly() {
         drop(filler); // (an open file would keep the file system from being unmounted)
         let after = run_ok(Command::new(instrfn_cli()).arg("dump").arg(&trace)).stdout;
         assert!(before == after, "a hole changed the trace");
+        // A recording that finds the disk full from its start: no meta header could be
+        // written. The program runs unchanged, and the summary says the trace is incomplete.
+        let again = small.join("again");
+        std::fs::create_dir_all(&again).unwrap();
+        let (out, _) = record_trace(&exe, &["2", "2000"], &[], &again);
+        assert_eq!(out.stdout, plain.stdout, "full from the start");
+        let err = stderr_of(&out);
+        assert!(
+            err.contains("is incomplete") && err.contains("was its disk full?"),
+            "{err}"
+        );
         // The churn on a fresh full-size-256-KiB disk: every thread named, every loss counted
         // (its meta file outgrows the page it starts in).
         mount();

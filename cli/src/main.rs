@@ -248,11 +248,8 @@ fn summary(output: &Path, mode: Mode, cmd: &std::ffi::OsStr) {
             },
             // No meta file with a header: the program made none (it never started tracing), or
             // its directory could take none (a full disk: the runtime said so).
-            Err(e) if e.to_string().contains("no trace in this directory") => hint("event"),
-            Err(e)
-                if e.to_string().contains("truncated")
-                    || e.to_string().contains("not an instrfn trace") =>
-            {
+            Err(e) if e.no_trace() => hint("event"),
+            Err(e) if e.meta_incomplete() => {
                 eprintln!(
                     "instrfn: the trace in {} is incomplete ({e}): was its disk full?",
                     output.display()

@@ -38,6 +38,22 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+const NO_TRACE: &str = "no trace in this directory (no <pid>.<image>.meta file)";
+const NOT_A_TRACE: &str = "not an instrfn trace (its first line is not `instrfn-trace <version>`)";
+const TRUNCATED: &str = "truncated: no `process` or `clock` line";
+
+impl Error {
+    /// The directory holds no meta file at all.
+    pub fn no_trace(&self) -> bool {
+        self.message == NO_TRACE
+    }
+
+    /// A meta file without its header lines (empty or cut short: its disk was full, say).
+    pub fn meta_incomplete(&self) -> bool {
+        self.message == NOT_A_TRACE || self.message == TRUNCATED
+    }
+}
+
 fn error(path: &Path, message: impl Into<String>) -> Error {
     Error {
         path: path.to_path_buf(),
@@ -269,10 +285,7 @@ impl Trace {
             .collect();
         names.sort();
         if names.is_empty() {
-            return Err(error(
-                dir,
-                "no trace in this directory (no <pid>.<image>.meta file)",
-            ));
+            return Err(error(dir, NO_TRACE));
         }
         let mut processes = names
             .iter()
@@ -358,12 +371,9 @@ impl Process {
         let text = String::from_utf8_lossy(&text);
         let mut lines = text.lines();
         let first = lines.next().unwrap_or("");
-        let version = first.strip_prefix("instrfn-trace ").ok_or_else(|| {
-            error(
-                meta_path,
-                "not an instrfn trace (its first line is not `instrfn-trace <version>`)",
-            )
-        })?;
+        let version = first
+            .strip_prefix("instrfn-trace ")
+            .ok_or_else(|| error(meta_path, NOT_A_TRACE))?;
         let version: u32 = version
             .trim()
             .parse()
@@ -507,7 +517,7 @@ impl Process {
             }
         }
         if !have_process || clocks == 0 {
-            return Err(error(meta_path, "truncated: no `process` or `clock` line"));
+            return Err(error(meta_path, TRUNCATED));
         }
         p.map_events()?;
         Ok(p)
