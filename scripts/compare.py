@@ -28,8 +28,10 @@ with XRAY_OPTIONS alone it never starts, so its cost beside the gmon figures sai
            and buffers for every record, so that it records every call as instrfn does; calls
            counted with `llvm-xray account`
 Ratios: instrfn's ns/call over the floor's and over uftrace's. "cpu s" is the user + system time
-of the whole run (instrfn has no collector: the threads write their own chunks; uftrace's
-recorder and XRay's flush at exit are in theirs). "+RSS" is peak RSS over plain's.
+of the whole run (instrfn's collector thread, which commits the chunks, is in instrfn's;
+uftrace's recorder and XRay's flush at exit are in theirs). "+RSS" is peak RSS over plain's.
+Every timed run starts with the page cache written out (sync), so no row pays for the
+writeback of the traces the rows before it left.
 
 "ns/call" is the time one call adds on its thread: (t - plain) * min(T, CPUs) / calls.
 
@@ -107,10 +109,14 @@ def timed(args, cwd, env=None, cpu=None):
     user + system seconds to the list cpu if given.
 
     The RSS comes from GNU time (a small C parent), not from this Python process: a child
-    forked from Python starts with Python's RSS as its high-water mark."""
+    forked from Python starts with Python's RSS as its high-water mark.
+
+    Dirty page cache left by the runs before (the traces of other rows, hundreds of MB) is
+    written out first, so that no run pays for the writeback of another's on its CPUs."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     rss_file = os.path.join(cwd, ".rss")
+    os.sync()
     start = time.perf_counter()
     r = subprocess.run(["/usr/bin/time", "-f", "%U %S %M", "-o", rss_file] + args, cwd=cwd,
                        env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -1723,6 +1723,65 @@ fn trace_survives_sigkill() {
 }
 
 #[test]
+fn a_full_trace_costs_no_more_than_recording() {
+    // Once the trace is full (here INSTRFN_TRACE_LIMIT's one chunk, taken by the main thread),
+    // the threads' events go into their sinks and are counted there: exactly as many lost as
+    // made, at about recording's cost. (Each of them took the slow path before, two system
+    // calls per event: the limited run cost about 75 times the CPU time of the full recording.)
+    // CPU time (GNU time), not wall time: the bound is a ratio far from both figures.
+    let dir = workdir("trace-full-cost");
+    let exe = build_pg(&dir, "threads.c");
+    const T: u64 = 2;
+    const N: u64 = 500_000;
+    let made = 2 * (2 * T * N + T + 1);
+    let cpu = |env: &[(&str, &str)], name: &str| -> (f64, String) {
+        let times = dir.join(format!("{name}.time"));
+        let mut cmd = Command::new("/usr/bin/time");
+        cmd.args(["-f", "%U %S", "-o"])
+            .arg(&times)
+            .arg(instrfn_cli())
+            .args(["record", "-o"])
+            .arg(dir.join(name))
+            .arg("--")
+            .arg(&exe)
+            .args([T.to_string(), N.to_string()])
+            .current_dir(&dir);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = run_ok(&mut cmd);
+        let text = std::fs::read_to_string(&times).unwrap();
+        let seconds: f64 = text
+            .split_whitespace()
+            .map(|f| f.parse::<f64>().unwrap())
+            .sum();
+        (seconds, stderr_of(&out))
+    };
+    let (full, full_err) = cpu(&[], "all");
+    assert!(
+        full_err.contains(&format!(
+            "instrfn: {made} events, 3 threads, 1 processes, 0 lost"
+        )),
+        "{full_err}"
+    );
+    let (limited, err) = cpu(&[("INSTRFN_TRACE_LIMIT", "4096")], "limited");
+    let summary = err.lines().last().unwrap();
+    let number = |label: &str| -> u64 {
+        summary
+            .split(", ")
+            .find_map(|part| part.strip_suffix(label)?.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {label} in {summary}"))
+    };
+    let (recorded, lost) = (number(" events"), number(" lost"));
+    assert!(lost > 2 * T * N, "{err}");
+    assert_eq!(recorded + lost, made, "{err}");
+    assert!(
+        limited <= 4.0 * full + 0.1,
+        "a full trace cost {limited:.2} s of CPU time, the whole recording {full:.2} s"
+    );
+}
+
+#[test]
 fn trace_losses_are_counted_exactly() {
     // A trace limit far below what the program makes, and a file system too small for the
     // trace: recorded + lost = made, exactly, the losses are said (stderr, meta file, loss

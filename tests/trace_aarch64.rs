@@ -608,3 +608,10 @@ fn aarch64_trace_min_duration_signal_handlers_interrupt_the_take_back() {
         min_duration_tracesig_rounds(AARCH64, &exe, &dir, &name, "walk");
     }
 }
+
+#[test]
+fn aarch64_a_full_trace_counts_every_event() {
+    let dir = workdir("aarch64-trace-full");
+    let obj = compile(Compiler::Gcc, &dir, "calltree.c", &["-pg"], "calltree.o");
+    assert_full_trace_counted(AARCH64, &obj, &dir, "aarch64");
+}

@@ -669,3 +669,11 @@ fn riscv64_trace_min_duration_signal_handlers_interrupt_the_take_back() {
         min_duration_tracesig_rounds(ARCH, &exe, &dir, &name, "backtrace");
     }
 }
+
+#[test]
+fn riscv64_a_full_trace_counts_every_event() {
+    let dir = workdir("riscv64-trace-full");
+    let obj = dir.join("calltree.o");
+    compile(Cc::Gcc, "calltree.c", &["-pg"], &obj);
+    assert_full_trace_counted(ARCH, &obj, &dir, "riscv64");
+}

@@ -817,3 +817,10 @@ fn s390x_trace_min_duration_signal_handlers_interrupt_the_take_back() {
         min_duration_tracesig_rounds(S390X, &exe, &dir, &name, "walk");
     }
 }
+
+#[test]
+fn s390x_a_full_trace_counts_every_event() {
+    let dir = workdir("s390x-trace-full");
+    let obj = compile(&dir, "c/calltree.c", &["-pg"], "calltree.o");
+    assert_full_trace_counted(S390X, &obj, &dir, "s390x");
+}

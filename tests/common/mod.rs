@@ -1680,3 +1680,44 @@ pub fn min_duration_sleeps_runs(
         assert_min_duration_sleeps(&all, &kept, dropped, 5e6, context);
     }
 }
+
+/// calltree.c (built -pg for `arch`, linked without the runtime) at 2 threads x 2000 rounds,
+/// preloaded, with a trace limit of one 4 KiB chunk: the main thread takes it, and the
+/// workers' trampolines write into their sinks from the start (src/trace.rs `enter_sink`).
+/// Every event is accounted for exactly: recorded + lost + 2 x dropped = made, also with
+/// INSTRFN_MIN_DURATION taking short calls back inside the sink (which reads the sink's zero
+/// header as a chunk's), and the program's output is its own.
+pub fn assert_full_trace_counted(arch: Arch, obj: &Path, dir: &Path, context: &str) {
+    let exe = link_runtime(arch, dir, obj, &[], "calltree-full", Runtime::Preload);
+    let (t, k) = (2u64, 2000u64);
+    let made = 2 + t * (2 + 10 * k);
+    for min in [None, Some("2us")] {
+        let context = format!("{context}, INSTRFN_MIN_DURATION {min:?}");
+        let trace = dir.join("trace-full");
+        let mut env = vec![("INSTRFN_BUFSIZE", "4K"), ("INSTRFN_TRACE_LIMIT", "4K")];
+        if let Some(m) = min {
+            env.push(("INSTRFN_MIN_DURATION", m));
+        }
+        let out = run_in_trace_mode(arch, &exe, &["2", "2000"], true, &env, dir, &trace);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "calltree 2 2000",
+            "{context}"
+        );
+        let procs = instrfn_dump(&trace);
+        assert_eq!(procs.len(), 1, "{context}");
+        let recorded = procs[0]
+            .threads
+            .values()
+            .flatten()
+            .filter(|e| matches!(e.kind.as_str(), "entry" | "exit" | "entry-no-exit"))
+            .count() as u64;
+        let (lost, dropped) = (procs[0].lost, meta_dropped(&trace));
+        assert!(lost > 0, "{context}: nothing lost");
+        assert_eq!(
+            recorded + lost + 2 * dropped,
+            made,
+            "{context}: {recorded} recorded, {lost} lost, {dropped} calls dropped"
+        );
+    }
+}
