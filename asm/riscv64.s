@@ -785,6 +785,12 @@ instrfn_riscv64_slow:
 #   slot = sp - 8), writes the exit event, then pops the entry (slot zeroed first: free), and
 #   jumps to the original return address with ra = that address (as a plain return leaves
 #   it). Events are reserved as in TRACE_EVENT (against the room just checked).
+#   The jump is `jr t1`, not `ret`: the function's own ret, which came here, popped its call's
+#   entry off the return-address stack (the RISC-V hints: jalr through ra or t0 pops), and a
+#   ret here would pop its caller's too — a second mispredicted return per call, and every
+#   later return one entry behind. t1 is no link register, so the jump is predicted from its
+#   own history (asm/x86_64.s's exit: 29.4 -> 23.0 ns per call at one thread for the same
+#   change; not measured here, qemu does not model it).
 #   Slow part (instrfn_trace_exit_slow(&Tls, sp - 8), returning the original return address):
 #   the newest entry is another frame's (frames left behind by longjmp), an unwinder ran, or
 #   the event does not fit. Frame, 64 bytes, CFA = sp + 64: 0 a0, 8 a1, 16 fa0, 24 fa1, 32
@@ -792,8 +798,8 @@ instrfn_riscv64_slow:
 #   With INSTRFN_MIN_DURATION (instrfn_min_ticks nonzero) a short call whose entry is still
 #   the newest event has that entry taken back instead of an exit written (.Lexit_short), and
 #   is counted in the Tls dropped word.
-#   Executed (qemu -singlestep -d exec): the fast part, 40 instructions to the original return
-#   address (37 before the INSTRFN_MIN_DURATION test); 47 when it takes a short call's entry
+#   Executed (qemu -singlestep -d exec): the fast part, 41 instructions to the original return
+#   address (37 before the INSTRFN_MIN_DURATION test); 48 when it takes a short call's entry
 #   back.
 #   The CFI marks the return address undefined: an unwinder that reaches this trampoline stops
 #   here (the unwinder entry points are wrapped to put the real return addresses back first).
@@ -835,11 +841,12 @@ instrfn_riscv64_exit:
 .Lexit_pop:
     # Popped after the event: until here a handler that interrupts us finds the entry intact
     # (it pushes and pops above it).
-    ld ra, {SH_RET}(t4)                    # return there
+    ld t1, {SH_RET}(t4)                    # return there
     sd zero, {SH_SLOT}(t4)                 # free entries have slot 0 (a handler that comes now
                                            # takes it for one being pushed: alive)
     sd t4, {TLS_SHADOW_TOP}(t0)            # popped
-    ret
+    mv ra, t1                              # as a plain return leaves it
+    jr t1                                  # not `ret` (see above)
 .Lexit_short:
     # INSTRFN_MIN_DURATION (asm/x86_64.s .Lexit_short): a call shorter than instrfn_min_ticks
     # whose entry is still the thread's newest event (its callees, if any, were short too and
