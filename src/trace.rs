@@ -1092,21 +1092,24 @@ fn event(tls: &mut Tls, block: &ThreadBlock, kind: usize, value: usize, ts: u64)
     if kind != EV_THREAD {
         tls.trace_lost += 1;
     }
-    enter_sink(tls, block);
+    // For good only: a chunk that could not be mapped (no memory) is tried again next time.
+    if SESSION.full.load(Ordering::Relaxed) {
+        enter_sink(tls, block);
+    }
 }
 
-/// The trace is full (INSTRFN_TRACE_LIMIT, or the files cannot grow): from now on this thread's
-/// trampolines write their events into its sink, a small private mapping nobody reads, as
-/// they would into a chunk, and the events reserved there are counted as lost when it is
-/// drained ([`drain_sink`]: when it is full, and by [`flush_lost`]). So a program whose trace
-/// is full runs on at about the cost of recording, not at the slow path's (two system calls
-/// per event: about 75 times slower, measured on the threads workload). Counting by position
-/// is exact: every reservation is one event, signal handlers' included (they reserve with the
-/// same read-modify-write), and a call taken back (INSTRFN_MIN_DURATION) takes its entry's
-/// place back as in a chunk (the sink starts with a zero header, as a chunk does, for that
-/// test to read). The chunk the thread had stays where it was, handed to the block's next
-/// owner as it would be (`pos`, `end`). Without a sink (it cannot be mapped) every event
-/// takes the slow path and is counted there, as before.
+/// The trace is full for good (INSTRFN_TRACE_LIMIT, or the files cannot grow): from now on
+/// this thread's trampolines write their events into its sink, a small private mapping that
+/// nobody reads, as they would into a chunk, and the events reserved there are counted as
+/// lost when it is drained ([`drain_sink`]: when it is full, and by [`flush_lost`]). So a
+/// program whose trace is full runs on at about the cost of recording, not at the slow path's
+/// (two system calls per event: about 75 times slower, measured on the threads workload).
+/// Counting by position is exact: every reservation is one event, signal handlers' included
+/// (they reserve with the same read-modify-write), and a call taken back
+/// (INSTRFN_MIN_DURATION) takes its entry's place back as in a chunk (the sink starts with a
+/// zero header, as a chunk does, for that test to read). The chunk the thread had stays where
+/// it was, handed to the block's next owner as it would be (`pos`, `end`). Without a sink (it
+/// cannot be mapped) every event takes the slow path and is counted there, as before.
 fn enter_sink(tls: &mut Tls, block: &ThreadBlock) {
     let t = &block.trace;
     let mut sink = t.sink.load(Ordering::Relaxed);
