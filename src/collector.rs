@@ -46,6 +46,8 @@ static RETIRE_END: [AtomicUsize; RETIRED] = [const { AtomicUsize::new(0) }; RETI
 static WAKE: AtomicU32 = AtomicU32::new(0);
 /// INSTRFN_COLLECTOR.
 static WANTED: AtomicBool = AtomicBool::new(true);
+/// INSTRFN_COLLECTOR_NICE.
+static NICE: AtomicU32 = AtomicU32::new(19);
 /// The collector's thread id (0: none in this process).
 static TID: AtomicI32 = AtomicI32::new(0);
 /// Base of the stack mapping (kept for a fork child's collector).
@@ -269,9 +271,10 @@ fn futex(word: &AtomicU32, op: i32, val: u32, timeout: usize) {
     };
 }
 
-/// INSTRFN_COLLECTOR (before the trace starts).
-pub fn configure(wanted: bool) {
+/// INSTRFN_COLLECTOR and INSTRFN_COLLECTOR_NICE (before the trace starts).
+pub fn configure(wanted: bool, nice: u8) {
     WANTED.store(wanted, Ordering::Relaxed);
+    NICE.store(nice as u32, Ordering::Relaxed);
 }
 
 /// Starts the collector of this process, once (trace start-up, and again in a fork child).
@@ -439,7 +442,7 @@ extern "C" fn collector_main(_: usize) -> ! {
             ],
         )
     };
-    // Nice 19: the collector takes CPU time the program's threads leave, and little of theirs
+    // Nice 19 (INSTRFN_COLLECTOR_NICE): the collector takes CPU time the program's threads leave, and little of theirs
     // where they keep every CPU busy — there its work only displaced theirs, with context
     // switches on top. Starved, it lets the pool run dry and the threads prepare and commit
     // their own chunks (as with INSTRFN_COLLECTOR=off); nothing ever waits for it, and unlike
@@ -447,11 +450,18 @@ extern "C" fn collector_main(_: usize) -> ! {
     // (threads.c -pg, 2 threads x 2M iterations on 2 CPUs, 15 interleaved runs each): 32.6 ->
     // 30.8 ns per call median, best 31.4 -> 27.5; one thread unchanged (22.4, 22.5). Lowering
     // one's own priority needs no privilege; if it fails the collector runs as it is.
-    // SAFETY: setpriority(PRIO_PROCESS, 0: this thread, 19) reads nothing of ours.
+    // SAFETY: setpriority(PRIO_PROCESS, 0: this thread, nice) reads nothing of ours.
     unsafe {
         syscall(
             libc::SYS_setpriority,
-            [libc::PRIO_PROCESS as usize, 0, 19, 0, 0, 0],
+            [
+                libc::PRIO_PROCESS as usize,
+                0,
+                NICE.load(Ordering::Relaxed) as usize,
+                0,
+                0,
+                0,
+            ],
         )
     };
     let second = libc::timespec {

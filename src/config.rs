@@ -40,6 +40,8 @@ pub struct Config {
     pub exits: bool,
     /// INSTRFN_COLLECTOR: whether trace mode prepares chunks on a thread of its own.
     pub collector: bool,
+    /// INSTRFN_COLLECTOR_NICE: that thread's nice value, 0-19.
+    pub collector_nice: u8,
     /// INSTRFN_XRAY_STOP=pause: stopping leaves XRay sleds patched (src/xray.rs); `unpatch`
     /// (false, the default) puts them back.
     pub xray_pause: bool,
@@ -95,6 +97,7 @@ impl Config {
         max_depth: DEFAULT_DEPTH,
         exits: EXITS_BY_DEFAULT,
         collector: true,
+        collector_nice: 19,
         xray_pause: false,
         depth: 0,
         min_duration_ns: 0,
@@ -282,6 +285,17 @@ impl Config {
                     v,
                     format_args!("on or off (also 1/0, yes/no, true/false)"),
                     format_args!("on"),
+                ),
+            }
+        }
+        if let Some(v) = var(c"INSTRFN_COLLECTOR_NICE") {
+            match parse_u64(v) {
+                Some(n) if n <= 19 => c.collector_nice = n as u8,
+                _ => invalid(
+                    "INSTRFN_COLLECTOR_NICE",
+                    v,
+                    format_args!("an integer from 0 to 19"),
+                    format_args!("19"),
                 ),
             }
         }

@@ -211,7 +211,7 @@ fn start_tracing(config: &Config) -> bool {
         message!("INSTRFN_MODE=trace is not available on this architecture yet; writing gmon.out");
         return false;
     }
-    crate::collector::configure(config.collector);
+    crate::collector::configure(config.collector, config.collector_nice);
     crate::trace::configure_filters(config.depth, config.min_duration_ns);
     let depth = if config.depth > 0 {
         config.depth
