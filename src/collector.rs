@@ -442,14 +442,15 @@ extern "C" fn collector_main(_: usize) -> ! {
             ],
         )
     };
-    // Nice 19 (INSTRFN_COLLECTOR_NICE): the collector takes CPU time the program's threads leave, and little of theirs
-    // where they keep every CPU busy — there its work only displaced theirs, with context
-    // switches on top. Starved, it lets the pool run dry and the threads prepare and commit
-    // their own chunks (as with INSTRFN_COLLECTOR=off); nothing ever waits for it, and unlike
-    // SCHED_IDLE it keeps a share (weight 15 against 1024) for the chunks it holds. Measured
-    // (threads.c -pg, 2 threads x 2M iterations on 2 CPUs, 15 interleaved runs each): 32.6 ->
-    // 30.8 ns per call median, best 31.4 -> 27.5; one thread unchanged (22.4, 22.5). Lowering
-    // one's own priority needs no privilege; if it fails the collector runs as it is.
+    // Nice 19 (INSTRFN_COLLECTOR_NICE): the collector takes CPU time the program's threads
+    // leave, and little of theirs where they keep every CPU busy — there its work only
+    // displaced theirs, with context switches on top. Starved, it lets the pool run dry and
+    // the threads prepare and commit their own chunks (as with INSTRFN_COLLECTOR=off); nothing
+    // ever waits for it, and unlike SCHED_IDLE it keeps a share (weight 15 against 1024) for
+    // the chunks it holds. Measured (threads.c -pg, 2 threads x 2M iterations on 2 CPUs, 15
+    // interleaved runs each): 32.6 -> 30.8 ns per call median, best 31.4 -> 27.5; one thread
+    // unchanged (22.4, 22.5). Lowering one's own priority needs no privilege; if it fails the
+    // collector runs as it is.
     // SAFETY: setpriority(PRIO_PROCESS, 0: this thread, nice) reads nothing of ours.
     unsafe {
         syscall(
