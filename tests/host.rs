@@ -2156,6 +2156,82 @@ fn trace_collector_prepares_chunks_and_is_optional() {
 }
 
 #[test]
+fn trace_collector_runs_at_its_nice_value() {
+    // The collector thread's nice value as the kernel reports it (/proc/PID/task/TID/stat,
+    // field 19), read while the program sleeps: 19 by default, INSTRFN_COLLECTOR_NICE's value
+    // when set, and the program's own threads untouched.
+    // Relative to the nice value this test runs at, which the program inherits (only root
+    // may give the collector a lower one than that).
+    let dir = workdir("trace-collector-nice");
+    let exe = build_pg(&dir, "sleeps.c");
+    let own = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let base: i64 = own
+        .rsplit_once(") ")
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(16)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|u| u.split_whitespace().nth(1).map(|e| e == "0"))
+        .unwrap();
+    for (setting, wanted) in [(None, 19), (Some("5"), 5), (Some("0"), 0)] {
+        let expected = if root { wanted } else { wanted.max(base) };
+        let mut cmd = Command::new(&exe);
+        cmd.env("LD_PRELOAD", preload_path())
+            .env("INSTRFN_MODE", "trace")
+            .env("INSTRFN_OUTPUT", dir.join("trace"))
+            .stdout(std::process::Stdio::null())
+            .current_dir(&dir);
+        if let Some(v) = setting {
+            cmd.env("INSTRFN_COLLECTOR_NICE", v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let task_dir = PathBuf::from(format!("/proc/{}/task", child.id()));
+        // (comm, nice) of every thread, once the collector shows.
+        let mut seen = Vec::new();
+        for _ in 0..200 {
+            seen = std::fs::read_dir(&task_dir)
+                .map(|d| {
+                    d.flatten()
+                        .filter_map(|t| {
+                            let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+                            let (head, rest) = stat.rsplit_once(") ")?;
+                            let comm = head.split_once(" (")?.1.to_string();
+                            let nice: i64 = rest.split_whitespace().nth(16)?.parse().ok()?;
+                            Some((comm, nice))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            if seen.iter().any(|(c, _)| c == "instrfn-collect") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let status = child.wait().unwrap();
+        assert!(status.success(), "{setting:?}: {status}");
+        let collector: Vec<i64> = seen
+            .iter()
+            .filter(|(c, _)| c == "instrfn-collect")
+            .map(|&(_, n)| n)
+            .collect();
+        assert_eq!(collector, [expected], "{setting:?}: threads {seen:?}");
+        assert!(
+            seen.iter()
+                .filter(|(c, _)| c != "instrfn-collect")
+                .all(|&(_, n)| n == base),
+            "{setting:?}: threads {seen:?}"
+        );
+    }
+}
+
+#[test]
 fn trace_signal_handlers_interrupting_trampolines() {
     // tracesig.c: a second thread signals the main thread again as soon as its handler ran,
     // so handlers (which trace 102 calls each) land between any two instructions of the
