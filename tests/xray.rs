@@ -658,13 +658,10 @@ fn registers_survive_patched_sleds() {
             // Stopped: the entry sled's first byte is the original jump's again, the rest stays
             // as patched (push $((1 << 8) | 9); call <stub>; nop); started: the push again.
             // (INSTRFN_XRAY_STOP=pause: patched throughout.)
-            let line = |label: &str| {
-                text.lines()
-                    .find_map(|l| l.strip_prefix(label))
-                    .unwrap_or_else(|| panic!("{context}: no {label:?} line: {text}"))
-                    .to_string()
-            };
-            let (stopped, started) = (line("stopped "), line("started "));
+            let (stopped, started) = (
+                labelled_line(&text, "stopped ", &context),
+                labelled_line(&text, "started ", &context),
+            );
             if setting.0 == "INSTRFN_XRAY_STOP" {
                 assert_eq!(stopped, started, "{context}: {text}");
             } else {
@@ -845,13 +842,10 @@ fn aarch64_registers_survive_patched_sleds_under_qemu() {
             // patched (stp x0, x30, [sp, #-16]!; movz w17, #1; movk w17, #0, lsl #16;
             // bl <stub>; ldp x0, x30, [sp], #16; nop; nop); started, the head is a nop again.
             // (INSTRFN_XRAY_STOP=pause: patched throughout.)
-            let line = |label: &str| {
-                text.lines()
-                    .find_map(|l| l.strip_prefix(label))
-                    .unwrap_or_else(|| panic!("{context}: no {label:?} line: {text}"))
-                    .to_string()
-            };
-            let (stopped, started) = (line("stopped "), line("started "));
+            let (stopped, started) = (
+                labelled_line(&text, "stopped ", &context),
+                labelled_line(&text, "started ", &context),
+            );
             if setting.0 == "INSTRFN_XRAY_STOP" {
                 assert_eq!(stopped, started, "{context}: {text}");
             } else {
@@ -1295,4 +1289,13 @@ fn clang_xray_dlopen_from_many_threads_at_once() {
             "{context}"
         );
     }
+}
+
+/// The rest of the line of `text` that starts with `label` (the register harness's `stopped`
+/// and `started` lines: a sled's bytes); panics, naming `context`, if there is none.
+fn labelled_line(text: &str, label: &str, context: &str) -> String {
+    text.lines()
+        .find_map(|l| l.strip_prefix(label))
+        .unwrap_or_else(|| panic!("{context}: no {label:?} line: {text}"))
+        .to_string()
 }
