@@ -708,8 +708,8 @@ instrfn_aarch64_\name:
 //   room for the event) goes to instrfn_aarch64_exit_slow with the entry still pushed.
 //   Executed (qemu -singlestep -d exec): the fast part, 45 instructions to the original
 //   return address, ret included (42 before the INSTRFN_MIN_DURATION test; 38 when it popped
-//   before writing its event, and reserved it against an end loaded once); 56 when it takes
-//   a short call's entry back.
+//   before writing its event, and reserved it against an end loaded once); 64 when it takes
+//   a short call's entry back (counted from the code: 56 before it reserved its exit first).
 //   The CFI marks the return address undefined: an unwinder that reaches this trampoline stops
 //   here (the unwinder entry points are wrapped to put the real return addresses back first,
 //   src/interpose.c). The nop before the label puts a return address that points at the label
@@ -748,7 +748,7 @@ instrfn_aarch64_exit:
     cbnz    x17, .Lexit_short               // INSTRFN_MIN_DURATION: maybe no events at all
     // x10 = our event (no room, or no chunk: nothing popped yet, the slow path does all)
     TRACE_EVENT 1, x16, x14, x10, x11, x13, w13, .Lexit_slow
-    str     x15, [x10]                      // timestamp, then the word that marks it written
+6:  str     x15, [x10]                      // timestamp, then the word that marks it written
     lsl     x12, x12, #{EV_SHIFT}
     orr     x12, x12, #{EV_EXIT}
     str     x12, [x10, #8]
@@ -760,36 +760,36 @@ instrfn_aarch64_exit:
 .Lexit_short:
     // INSTRFN_MIN_DURATION (asm/x86_64.s .Lexit_short): a call shorter than instrfn_min_ticks
     // whose entry is still the thread's newest event (its callees, if any, were short too and
-    // taken back already) leaves no events: its entry is taken back. The entry's tag is zeroed
-    // first, then the position moved back over it with a compare-and-swap (ldxr/stxr, as the
-    // reservation above) that fails if a signal handler reserved an event since: then the tag
-    // goes back and the exit is written as usual, stamped after the handler's events. A
-    // handler that comes after the tag is zeroed and before the position moves writes above
-    // the entry; if it leaves events, the position has moved and the entry stays; if all its
-    // calls were taken back too, the position is the same again and ours goes as well (its
-    // bytes stay reserved until then, so the collector keeps the chunk mapped: src/trace.rs
-    // `all_written`).
+    // taken back already) leaves no events: its entry is taken back. The exit event is
+    // reserved first, as always: while its tag is 0 the chunk is not all written, so it is
+    // never committed and reused however many chunks a signal handler fills meanwhile, and
+    // every access below stays inside it. Then, if the event before ours is our entry and the
+    // call was short, the entry's tag is zeroed and the position moved back over both with a
+    // compare-and-swap (ldxr/stxr, as the reservation) that fails if a handler reserved an
+    // event after ours: then the tag goes back and our exit is written where we reserved it.
     // x17 = instrfn_min_ticks, x15 = timestamp, x14 = &trace_pos, x12 = the function, x9 =
     // the entry; x10, x11, x13 free.
-    ldr     x13, [x16, #{TLS_TRACE_END}]
-    cbz     x13, 1b                         // no chunk: nothing to take back
-    ldr     x10, [x14]                      // just past the newest event
-    lsl     x11, x12, #{EV_SHIFT}
-    orr     x11, x11, #{EV_ENTRY}                  // our entry's tag
-    ldur    x13, [x10, #-8]
-    cmp     x13, x11
-    b.ne    1b                              // not ours (the first event of a chunk finds the
-                                            // header's zero word there)
-    ldur    x13, [x10, #-{EV_BYTES}]
-    sub     x13, x15, x13                   // the call's length in ticks
-    cmp     x13, x17
-    b.hs    1b                              // long enough: recorded
+    TRACE_EVENT 3, x16, x14, x10, x11, x13, w13, .Lexit_slow // x10 = our place
+    lsl     x13, x12, #{EV_SHIFT}
+    orr     x13, x13, #{EV_ENTRY}                  // our entry's tag
+    ldur    x11, [x10, #-8]
+    cmp     x11, x13
+    b.ne    6b                              // not ours (the first event of a chunk finds the
+                                            // header's zero word there): the exit is written
+    ldur    x11, [x10, #-{EV_BYTES}]
+    sub     x11, x15, x11                   // the call's length in ticks
+    cmp     x11, x17
+    b.hs    6b                              // long enough: recorded
+    .globl  instrfn_aarch64_exit_take_back
+    .hidden instrfn_aarch64_exit_take_back
+instrfn_aarch64_exit_take_back:
     stur    xzr, [x10, #-8]                 // the entry is unwritten again
-    sub     x13, x10, #{EV_BYTES}
-2:  ldxr    x17, [x14]                      // and unreserved, if nothing came after it
+    sub     x11, x10, #{EV_BYTES}
+    add     x10, x10, #{EV_BYTES}                  // the position just past our place
+2:  ldxr    x17, [x14]                      // back over both, if nothing came after them
     cmp     x17, x10
-    b.ne    3f
-    stxr    w17, x13, [x14]
+    b.ne    5f
+    stxr    w17, x11, [x14]
     cbnz    w17, 2b                         // a handler ran between ldxr and stxr: again
     add     x13, x16, #{TLS_DROPPED}               // counted (a handler may count too)
 4:  ldxr    x10, [x13]
@@ -797,10 +797,10 @@ instrfn_aarch64_exit:
     stxr    w17, x10, [x13]
     cbnz    w17, 4b
     b       .Lexit_pop
-3:  clrex                                   // a handler came in between: the entry stays
-    stur    x11, [x10, #-8]
-    mrs     x15, cntvct_el0                 // the exit comes after the handler's events
-    b       1b
+5:  clrex                                   // a handler came in between: the entry stays
+    add     x10, x11, #{EV_BYTES}                  // our place again
+    stur    x13, [x10, #-8]
+    b       6b
 .Lexit_slow:
     // instrfn_aarch64_trace_exit(tls, sp = the function's CFA, x29): finds the returning
     // frame's entry, closes the ones above it, pops it, writes its exit, returns its original

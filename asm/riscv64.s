@@ -799,8 +799,8 @@ instrfn_riscv64_slow:
 #   the newest event has that entry taken back instead of an exit written (.Lexit_short), and
 #   is counted in the Tls dropped word.
 #   Executed (qemu -singlestep -d exec): the fast part, 41 instructions to the original return
-#   address (37 before the INSTRFN_MIN_DURATION test); 48 when it takes a short call's entry
-#   back.
+#   address (37 before the INSTRFN_MIN_DURATION test); 56 when it takes a short call's entry
+#   back (counted from the code: 48 before it reserved its exit first).
 #   The CFI marks the return address undefined: an unwinder that reaches this trampoline stops
 #   here (the unwinder entry points are wrapped to put the real return addresses back first).
 #   The nop before the label puts a return address that points at the label (looked up as
@@ -835,7 +835,6 @@ instrfn_riscv64_exit:
     auipc t1, %pcrel_hi(instrfn_min_ticks)
     ld t1, %pcrel_lo(.Lexit_min)(t1)
     bnez t1, .Lexit_short                  # INSTRFN_MIN_DURATION: maybe no events at all
-.Lexit_event:
     TRACE_EVENT {EV_EXIT}, t5, .Lexit_slow, t6 # (no room: nothing popped yet, the slow path
                                            # does all)
 .Lexit_pop:
@@ -850,43 +849,58 @@ instrfn_riscv64_exit:
 .Lexit_short:
     # INSTRFN_MIN_DURATION (asm/x86_64.s .Lexit_short): a call shorter than instrfn_min_ticks
     # whose entry is still the thread's newest event (its callees, if any, were short too and
-    # taken back already) leaves no events: its entry is taken back. The entry's tag is zeroed
-    # first, then the position moved back over it with a compare-and-swap (lr.d/sc.d, as in
-    # TRACE_EVENT) that fails if a signal handler reserved an event since: then the tag goes
-    # back and the exit is written as usual (TRACE_EVENT takes its timestamp after the
-    # handler's events). A handler that comes after the tag is zeroed and before the position
-    # moves writes above the entry; if it leaves events, the position has moved and the entry
-    # stays; if all its calls were taken back too, the position is the same again and ours
-    # goes as well (its bytes stay reserved until then, so the collector keeps the chunk
-    # mapped: src/trace.rs `all_written`). The count is added with one amoadd.d.
-    # t1 = instrfn_min_ticks, t0 = &Tls, t4 = the entry, t5 = the function; t2, t3, t6 free.
-    ld t2, {TLS_TRACE_END}(t0)
-    beqz t2, .Lexit_event                  # no chunk: nothing to take back
-    ld t2, {TLS_TRACE_POS}(t0)             # just past the newest event
-    rdtime t6
-    ld t3, -{EV_BYTES}(t2)                 # its timestamp
-    sub t3, t6, t3                         # the call's length in ticks, if it is our entry
-    bgeu t3, t1, .Lexit_event              # long enough: recorded
-    ld t1, 8-{EV_BYTES}(t2)                # its tag
+    # taken back already) leaves no events: its entry is taken back. The exit event is
+    # reserved first, as always (as TRACE_EVENT does): while its tag is 0 the chunk is not all
+    # written, so it is never committed and reused however many chunks a signal handler fills
+    # meanwhile, and every access below stays inside it. Then, if the event before ours is
+    # our entry and the call was short, the entry's tag is zeroed and the position moved back
+    # over both with a compare-and-swap (lr.d/sc.d) that fails if a handler reserved an event
+    # after ours: then the tag goes back and our exit is written where we reserved it. The
+    # count is added with one amoadd.d.
+    # t1 = instrfn_min_ticks, t0 = &Tls, t4 = the entry, t5 = the function; t2, t3, t6 free,
+    # and a2, as dead after a return as the t registers.
+    mv a2, t1                              # a2 = instrfn_min_ticks
+    rdtime t6                              # the timestamp
+    addi t2, t0, {TLS_TRACE_POS}           # t2 = &trace_pos
+3:  ld t1, {TLS_TRACE_POS}(t0)
+    ld t3, {TLS_TRACE_END}(t0)
+    addi t1, t1, {EV_BYTES}                # t1 = just past our place
+    bltu t3, t1, .Lexit_slow               # no room (or no chunk): the slow path does all
+    lr.d t3, (t2)
+    addi t3, t3, {EV_BYTES}
+    bne t3, t1, 3b                         # moved since the check: check again
+    sc.d t3, t1, (t2)
+    bnez t3, 3b                            # reservation lost (a trap came between): again
     slli t3, t5, {EV_SHIFT}
     ori t3, t3, {EV_ENTRY}                 # our entry's tag
-    bne t1, t3, .Lexit_event               # not ours (the first event of a chunk finds the
-                                           # header's zero word there)
-    sd zero, 8-{EV_BYTES}(t2)              # the entry is unwritten again
-    addi t1, t0, {TLS_TRACE_POS}           # t1 = &trace_pos
-1:  lr.d t6, (t1)                          # and unreserved, if nothing came after it
-    bne t6, t2, 2f
-    addi t3, t2, -{EV_BYTES}
-    sc.d t6, t3, (t1)
-    bnez t6, 1b                            # reservation lost (a trap came between): again
+    ld t2, 8-2*{EV_BYTES}(t1)              # the tag of the event before ours
+    bne t2, t3, 4f                         # not ours (the first event of a chunk finds the
+                                           # header's zero word there): the exit is written
+    ld t2, -2*{EV_BYTES}(t1)               # its timestamp
+    sub t2, t6, t2                         # the call's length in ticks
+    bgeu t2, a2, 4f                        # long enough: recorded
+    .globl instrfn_riscv64_exit_take_back
+    .hidden instrfn_riscv64_exit_take_back
+instrfn_riscv64_exit_take_back:
+    sd zero, 8-2*{EV_BYTES}(t1)            # the entry is unwritten again
+    addi a2, t1, -2*{EV_BYTES}             # a2 = where the entry began
+    addi t2, t0, {TLS_TRACE_POS}
+1:  lr.d t3, (t2)                          # back over both, if nothing came after them
+    bne t3, t1, 2f
+    sc.d t3, a2, (t2)
+    bnez t3, 1b                            # reservation lost (a trap came between): again
     li t2, 1
     addi t1, t0, {TLS_DROPPED}
     amoadd.d zero, t2, (t1)                # counted
     j .Lexit_pop
 2:  slli t3, t5, {EV_SHIFT}                # a handler came in between: the entry stays
     ori t3, t3, {EV_ENTRY}
-    sd t3, 8-{EV_BYTES}(t2)
-    j .Lexit_event
+    sd t3, 8-2*{EV_BYTES}(t1)
+4:  sd t6, -{EV_BYTES}(t1)                 # our exit: timestamp, then the word that marks it
+    slli t6, t5, {EV_SHIFT}
+    ori t6, t6, {EV_EXIT}
+    sd t6, 8-{EV_BYTES}(t1)
+    j .Lexit_pop
 .Lexit_slow:
     addi sp, sp, -64
     .cfi_def_cfa_offset 64

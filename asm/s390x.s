@@ -683,7 +683,6 @@ instrfn_s390x_exit:
     larl %r5,instrfn_min_ticks
     cghsi 0(%r5),0
     jne .Lexit_short                        # INSTRFN_MIN_DURATION: maybe no events at all
-.Lexit_event:
     lg %r1,{TLS_TRACE_POS}(%r14)
 1:  la %r5,{EV_BYTES}(%r1)
     clg %r5,{TLS_TRACE_END}(%r14)
@@ -706,42 +705,54 @@ instrfn_s390x_exit:
 .Lexit_short:
     # INSTRFN_MIN_DURATION (asm/x86_64.s .Lexit_short): a call shorter than instrfn_min_ticks
     # whose entry is still the thread's newest event (its callees, if any, were short too and
-    # taken back already) leaves no events: its entry is taken back. The entry's tag is zeroed
-    # first, then the position moved back over it with a csg that fails if a signal handler
-    # reserved an event since: then the tag goes back and the exit is written as usual (its
-    # stckf comes after the handler's events). A handler that comes after the tag is zeroed
-    # and before the csg writes above the entry; if it leaves events, the position has moved
-    # and the entry stays; if all its calls were taken back too, the position is the same
-    # again and ours goes as well (its bytes stay reserved until then, so the collector keeps
-    # the chunk mapped: src/trace.rs `all_written`). The count is added with one agsi.
+    # taken back already) leaves no events: its entry is taken back. The exit event is
+    # reserved first, as always: while its tag is 0 the chunk is not all written, so it is
+    # never committed and reused however many chunks a signal handler fills meanwhile, and
+    # every access below stays inside it. Then, if the event before ours is our entry and the
+    # call was short, the entry's tag is zeroed and the position moved back over both with a
+    # csg that fails if a handler reserved an event after ours: then the tag goes back and our
+    # exit is written where we reserved it. The count is added with one agsi.
     # stckf only stores: the clock goes through 48(S), r6's slot in the returning function's
     # save area (it restored r6 from there; nothing reads it any more).
     # r5 = &instrfn_min_ticks, r14 = &Tls, r4 = the entry; r0 and r1 free.
-    cghsi {TLS_TRACE_END}(%r14),0
-    je .Lexit_event                         # no chunk: nothing to take back
-    lg %r1,{TLS_TRACE_POS}(%r14)            # just past the newest event
+    stckf 48(%r15)                          # the timestamp
+    lg %r1,{TLS_TRACE_POS}(%r14)
+3:  la %r0,{EV_BYTES}(%r1)
+    clg %r0,{TLS_TRACE_END}(%r14)
+    jh .Lexit_slow                          # no room (or no chunk): all goes slow
+    csg %r1,%r0,{TLS_TRACE_POS}(%r14)
+    jne 3b                                  # r1 = our place
     lg %r0,{SH_FN}(%r4)
     sllg %r0,%r0,{EV_SHIFT}
     oill %r0,{EV_ENTRY}                     # our entry's tag
     cg %r0,8-{EV_BYTES}(%r1)
-    jne .Lexit_event                        # not ours (the first event of a chunk finds the
-                                            # header's zero word there)
-    stckf 48(%r15)
+    jne 4f                                  # not ours (the first event of a chunk finds the
+                                            # header's zero word there): the exit is written
     lg %r0,48(%r15)
     sg %r0,-{EV_BYTES}(%r1)                 # the call's length in ticks
     clg %r0,0(%r5)
-    jnl .Lexit_event                        # long enough: recorded
+    jnl 4f                                  # long enough: recorded
+    .globl instrfn_s390x_exit_take_back
+    .hidden instrfn_s390x_exit_take_back
+instrfn_s390x_exit_take_back:
     lay %r5,-{EV_BYTES}(%r1)                # our entry: the position without it
     mvghi 8(%r5),0                          # the entry is unwritten again
-    csg %r1,%r5,{TLS_TRACE_POS}(%r14)       # and unreserved, if nothing came after it
+    la %r1,{EV_BYTES}(%r1)                  # the position just past our place
+    csg %r1,%r5,{TLS_TRACE_POS}(%r14)       # back over both, if nothing came after them
     jne 2f
     agsi {TLS_DROPPED}(%r14),1              # counted
     j .Lexit_pop
-2:  lg %r0,{SH_FN}(%r4)                     # a handler came in between: the entry stays
+2:  la %r1,{EV_BYTES}(%r5)                  # a handler came in between: the entry stays
+    lg %r0,{SH_FN}(%r4)
     sllg %r0,%r0,{EV_SHIFT}
     oill %r0,{EV_ENTRY}
     stg %r0,8(%r5)
-    j .Lexit_event
+4:  mvc 0(8,%r1),48(%r15)                   # our exit: timestamp, then the word that marks it
+    lg %r0,{SH_FN}(%r4)
+    sllg %r0,%r0,{EV_SHIFT}
+    oill %r0,{EV_EXIT}
+    stg %r0,8(%r1)
+    j .Lexit_pop
 .Lexit_slow:
     stmg %r2,%r3,16(%r15)                   # r2-r5 in the save area, as the slow path expects
     lghi %r1,0                              # no return address until the Rust side gives it

@@ -582,9 +582,8 @@ instrfn_x86_64_exit:
     TIMESTAMP
     cmpq $0, instrfn_min_ticks(%rip)
     jne .Lexit_short
-    # Our event, reserved as in the entry's fast path, of the function that returned (at 1:,
-    # where .Lexit_short comes back). No room: the slow path does it all (the entry is still
-    # pushed).
+    # Our event, reserved as in the entry's fast path, of the function that returned. No
+    # room: the slow path does it all (the entry is still pushed).
     TRACE_EVENT 1, %rdi, .Lexit_slow, {SH_FN}(%rsi), %rdi, ${EV_EXIT}
 .Lexit_pop:
     # Popped after the event: until here a handler that interrupts us finds the entry intact
@@ -603,32 +602,45 @@ instrfn_x86_64_exit:
 .Lexit_short:
     # INSTRFN_MIN_DURATION: a call shorter than instrfn_min_ticks whose entry is still the
     # thread's newest event (its callees, if any, were short too and taken back already) leaves
-    # no events: its entry is taken back. The entry's tag is zeroed first, then the position is
-    # moved back over it with a cmpxchg that fails if a signal handler reserved an event since
-    # (then the tag goes back and the exit is written as usual). rdx = timestamp; rax, rdi free.
-    cmpq $0, %fs:{TLS_TRACE_END}(%rcx)
-    je 1b
-    movq %fs:{TLS_TRACE_POS}(%rcx), %rdi     # just past the newest event
-    EVENT_WORD %rax, {SH_FN}(%rsi), ${EV_ENTRY} # our entry's tag
-    cmpq %rax, -8(%rdi)
-    jne 1b                                  # not ours (the first event of a chunk finds the
-                                            # header's zero word there)
-    movq %rdx, %rax
-    subq -16(%rdi), %rax                    # the call's length in ticks
-    cmpq instrfn_min_ticks(%rip), %rax
-    jae 1b
-    movq $0, -8(%rdi)                       # the entry is unwritten again
-    movq %rdi, %rax
-    leaq -16(%rdi), %rdx
-    cmpxchgq %rdx, %fs:{TLS_TRACE_POS}(%rcx)      # and unreserved, if nothing came after it
-    jne 2f
+    # no events: its entry is taken back. The exit event is reserved first, as always: while
+    # its tag is 0 the chunk is not all written, so it is never committed and reused, however
+    # many chunks a signal handler fills meanwhile (src/collector.rs `retire`) — every load and
+    # store below stays inside it. Then, if the event before ours is our entry and the call was
+    # short, the entry's tag is zeroed and the position moved back over both with a cmpxchg
+    # that fails if a handler reserved an event after ours; then the tag goes back and our
+    # exit is written in the place we reserved (before the handler's events, and stamped
+    # before them). rdx = timestamp; rax, rdi free.
+3:  movq %fs:{TLS_TRACE_POS}(%rcx), %rax
+    leaq {EV_BYTES}(%rax), %rdi
+    cmpq %fs:{TLS_TRACE_END}(%rcx), %rdi
+    ja .Lexit_slow                          # no room (or no chunk): the slow path does it all
+    cmpxchgq %rdi, %fs:{TLS_TRACE_POS}(%rcx) # claimed, unless a handler moved it: again
+    jne 3b
+    EVENT_WORD %rdi, {SH_FN}(%rsi), ${EV_ENTRY} # our entry's tag
+    cmpq %rdi, -8(%rax)
+    jne 4f                                  # not ours (the first event of a chunk finds the
+                                            # header's zero word there): the exit is written
+    movq %rdx, %rdi
+    subq -16(%rax), %rdi                    # the call's length in ticks
+    cmpq instrfn_min_ticks(%rip), %rdi
+    jae 4f                                  # long enough: recorded
+    .globl instrfn_x86_64_exit_take_back    # (tests/fixtures/c/takeback.c stops here)
+    .hidden instrfn_x86_64_exit_take_back
+instrfn_x86_64_exit_take_back:
+    movq $0, -8(%rax)                       # the entry is unwritten again
+    leaq -{EV_BYTES}(%rax), %rdi
+    addq ${EV_BYTES}, %rax                  # the position just past our exit's place
+    cmpxchgq %rdi, %fs:{TLS_TRACE_POS}(%rcx) # back over both, if nothing came after them
+    jne 5f
     incq %fs:{TLS_DROPPED}(%rcx)
     jmp .Lexit_pop
-2:                                          # a handler came in between: the entry stays
-    EVENT_WORD %rax, {SH_FN}(%rsi), ${EV_ENTRY}
-    movq %rax, -8(%rdi)
-    TIMESTAMP
-    jmp 1b
+5:  leaq {EV_BYTES}(%rdi), %rax              # a handler came in between: the entry stays
+    EVENT_WORD %rdi, {SH_FN}(%rsi), ${EV_ENTRY}
+    movq %rdi, -8(%rax)
+4:  movq %rdx, (%rax)                       # our exit: timestamp, then the word that marks it
+    EVENT_WORD %rdi, {SH_FN}(%rsi), ${EV_EXIT}
+    movq %rdi, 8(%rax)
+    jmp .Lexit_pop
 .Lexit_slow:
     # instrfn_trace_exit_slow(&Tls, slot) with everything saved; it returns the original
     # return address of the frame whose slot that was (it closes the frames above it).

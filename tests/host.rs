@@ -406,6 +406,68 @@ fn trace_registers_survive_entry_and_exit() {
 }
 
 #[test]
+fn trace_take_back_survives_a_handler_that_fills_chunks() {
+    // INSTRFN_MIN_DURATION's take-back in the exit trampoline reads the thread's position and
+    // then the entry before it. takeback.c single-steps into that point and has its SIGTRAP
+    // handler fill many 4 KiB chunks there, which the runtime retires, commits and reuses
+    // (INSTRFN_COLLECTOR=off: at once, on that thread) while the interrupted trampoline goes
+    // on. Every event must still be in the trace exactly once: the take-back must hold its
+    // chunk as a reservation does. Windows of different lengths put the reused chunk at every
+    // stage (being filled, filled, free) when the trampoline resumes.
+    let dir = workdir("trace-take-back");
+    let obj = dir.join("takeback.o");
+    require_tool("gcc");
+    run_ok(
+        Command::new("gcc")
+            .args(["-O2", "-pg", "-c"])
+            .arg(fixture("c/takeback.c"))
+            .arg("-o")
+            .arg(&obj),
+    );
+    let exe = link_runtime(X86_64, &dir, &obj, &[], "takeback", Runtime::Static);
+    let rounds: Vec<String> = (0..16).map(|i| (30 + i).to_string()).collect();
+    let rounds: Vec<&str> = rounds.iter().map(String::as_str).collect();
+    for collector in ["off", "on"] {
+        let context = format!("INSTRFN_COLLECTOR={collector}");
+        let trace = dir.join("trace");
+        let _ = std::fs::remove_dir_all(&trace);
+        let env = [
+            ("INSTRFN_MODE", "trace"),
+            ("INSTRFN_OUTPUT", trace.to_str().unwrap()),
+            ("INSTRFN_BUFSIZE", "4096"),
+            ("INSTRFN_MAX_DEPTH", "4"),
+            ("INSTRFN_MIN_DURATION", "10s"),
+            ("INSTRFN_COLLECTOR", collector),
+        ];
+        let out = run_exe(X86_64, &exe, &rounds, &env, &dir);
+        let text = stdout_of(&out);
+        let words: Vec<u64> = text
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        let [windows, deep, stepped] = words[..] else {
+            panic!("{context}: {text}")
+        };
+        assert_eq!(windows, 16, "{context}: {text}");
+        assert_eq!(stepped, 16, "{context}: {text}");
+        let procs = instrfn_dump(&trace);
+        let counts = assert_balanced(&procs[0], &context);
+        assert_eq!(procs[0].lost, 0, "{context}");
+        assert_eq!(meta_dropped(&trace), 0, "{context}");
+        // The handler's events came after stepped's entry: nothing is taken back.
+        assert_eq!(count_of(&counts, "entry", "stepped"), 16, "{context}");
+        assert_eq!(count_of(&counts, "exit", "stepped"), 16, "{context}");
+        let (entries, exits, noexit) = (
+            count_of(&counts, "entry", "deep"),
+            count_of(&counts, "exit", "deep"),
+            count_of(&counts, "entry-no-exit", "deep"),
+        );
+        assert_eq!(entries, exits, "{context}");
+        assert_eq!(entries + noexit, deep, "{context}: {counts:?}");
+    }
+}
+
+#[test]
 fn the_harness_catches_a_clobbering_trampoline() {
     // A test that cannot fail proves nothing: link the same harness against trampolines that
     // clobber one register each and see it named.
