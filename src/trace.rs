@@ -985,13 +985,20 @@ pub(crate) fn commit(base: usize) -> bool {
     true
 }
 
-/// Whether every event reserved in the chunk at `base`, up to `end`, has been written (its tag
-/// word, stored last, is set).
+/// Whether every event reserved in the chunk at `base`, up to `end`, has been written: its tag
+/// word, stored last, is set, and so is its timestamp (never 0; a cleared chunk has 0 there).
+/// Both are looked at because on aarch64 and riscv64 another thread may see the two plain
+/// stores of an event out of order: a write that a signal handler delayed past the chunk's
+/// retirement (the hand-over itself is a release store, which orders all the others) could
+/// show its tag before its timestamp. Both words lie in one cache line: the scan costs the
+/// same.
 pub(crate) fn all_written(base: usize, end: usize) -> bool {
-    (base + CHUNK_HEADER..end)
-        .step_by(EV_BYTES)
+    (base + CHUNK_HEADER..end).step_by(EV_BYTES).all(|at| {
         // SAFETY: inside a chunk mapping that is still mapped (it is being retired).
-        .all(|at| unsafe { ((at + 8) as *const u64).read_volatile() } != 0)
+        unsafe {
+            ((at + 8) as *const u64).read_volatile() != 0 && (at as *const u64).read_volatile() != 0
+        }
+    })
 }
 
 /// Gives this thread its next chunk: a prepared one from the collector's pool, or one it maps
