@@ -1878,21 +1878,29 @@ mod tests {
     fn an_event_is_written_when_its_tag_and_its_timestamp_are() {
         // A chunk's words as another core may see them: 0 where nothing is visible yet.
         let mut chunk = [0u64; (CHUNK_HEADER + 3 * EV_BYTES) / 8];
-        let base = chunk.as_mut_ptr() as usize;
+        let words = chunk.as_mut_ptr();
+        let base = words as usize;
         let end = base + CHUNK_HEADER + 3 * EV_BYTES;
-        let word = |i: usize, w: usize| (CHUNK_HEADER + i * EV_BYTES) / 8 + w;
+        let set = |i: usize, w: usize, v: u64| {
+            // SAFETY: word w of event i lies inside `chunk`.
+            unsafe {
+                words
+                    .add((CHUNK_HEADER + i * EV_BYTES) / 8 + w)
+                    .write_volatile(v)
+            }
+        };
         let tag = ((0x401000 << EV_SHIFT) | EV_ENTRY) as u64;
         for i in 0..3 {
-            chunk[word(i, 0)] = 1000 + i as u64;
-            chunk[word(i, 1)] = tag;
+            set(i, 0, 1000 + i as u64);
+            set(i, 1, tag);
         }
         assert!(all_written(base, end));
         // Reserved, not written: the tag is 0.
-        chunk[word(1, 1)] = 0;
+        set(1, 1, 0);
         assert!(!all_written(base, end));
         // The tag seen, the timestamp stored before it not yet (aarch64, riscv64).
-        chunk[word(1, 1)] = tag;
-        chunk[word(1, 0)] = 0;
+        set(1, 1, tag);
+        set(1, 0, 0);
         assert!(!all_written(base, end));
         // Only up to `end`: the event beyond it is not looked at.
         assert!(all_written(base, base + CHUNK_HEADER + EV_BYTES));
