@@ -588,9 +588,20 @@ instrfn_x86_64_exit:
 .Lexit_pop:
     # Popped after the event: until here a handler that interrupts us finds the entry intact
     # (it pushes and pops above it).
+    # The entry's slot is zeroed before the original return address goes into the frame: a
+    # handler that comes between the two then takes the entry for one being pushed (alive,
+    # left alone), where before it found a live entry whose return slot held its original
+    # address and, after a backtrace() (src/trace.rs `after_unwinding`), put the trampoline
+    # back there, so that the jmp below came back here and the program aborted ("lost track of
+    # a return address"). The other architectures return through a register and have no such
+    # window.
     movq {SH_RET}(%rsi), %rdi
+    movq $0, {SH_SLOT}(%rsi)                # free entries have slot 0
+    .globl instrfn_x86_64_exit_pop          # (tests/fixtures/c/exit_window.c stops here)
+    .hidden instrfn_x86_64_exit_pop
+instrfn_x86_64_exit_pop:
     movq %rdi, 40(%rsp)                     # return there
-    SHADOW_POP %rsi
+    movq %rsi, %fs:{TLS_SHADOW_TOP}(%rcx)   # popped
 .Lexit_out:
     popq %rdi
     popq %rsi
@@ -624,7 +635,7 @@ instrfn_x86_64_exit:
     subq -16(%rax), %rdi                    # the call's length in ticks
     cmpq instrfn_min_ticks(%rip), %rdi
     jae 4f                                  # long enough: recorded
-    .globl instrfn_x86_64_exit_take_back    # (tests/fixtures/c/takeback.c stops here)
+    .globl instrfn_x86_64_exit_take_back    # (tests/fixtures/c/exit_window.c stops here)
     .hidden instrfn_x86_64_exit_take_back
 instrfn_x86_64_exit_take_back:
     movq $0, -8(%rax)                       # the entry is unwritten again
