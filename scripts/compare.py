@@ -27,7 +27,9 @@ with XRAY_OPTIONS alone it never starts, so its cost beside the gmon figures sai
            explicitly (scripts/bench/xray-fdr.c), XRAY_FDR_OPTIONS=func_duration_threshold_us=0
            and buffers for every record, so that it records every call as instrfn does; calls
            counted with `llvm-xray account`
-Ratios: instrfn's ns/call over the floor's and over uftrace's. "cpu s" is the user + system time
+Each of the --runs rounds runs every row once, in that order (best of the rounds counts): a
+noisy spell of the machine falls on all rows alike. Ratios: instrfn's ns/call over the floor's
+and over uftrace's. "cpu s" is the user + system time
 of the whole run (instrfn's collector thread, which commits the chunks, is in instrfn's;
 uftrace's recorder and XRay's flush at exit are in theirs). "+RSS" is peak RSS over plain's.
 Every timed run starts with the page cache written out (sync), so no row pays for the
@@ -308,10 +310,12 @@ def trace_table(a, work, exe):
     for t in [int(x) for x in a.threads.split(",")]:
         args = [str(t), str(n)]
         calls = 2 * t * n
-        rows = {}
-        for name in ["plain", "floor", "instrfn", "uftrace", "xray"]:
-            best, rss, cpu, counted, per_event = None, 0, [], None, None
-            for _ in range(a.runs):
+        names = ["plain", "floor", "instrfn", "uftrace", "xray"]
+        best, rss, cpu, last = {}, {}, {}, {}
+        # Rounds interleave the rows, as in the XRay table: a noisy minute of this shared
+        # machine then falls on every row alike, not on one row's five runs.
+        for _ in range(a.runs):
+            for name in names:
                 d = fresh(os.path.join(work, f"trace-{name}"))
                 if name == "plain" or name == "floor":
                     cmd, env = [exe[name]] + args, {}
@@ -331,17 +335,21 @@ def trace_table(a, work, exe):
                            f"buffer_size=1048576 buffer_max={max(64, 48 * calls >> 20)}"}
                 c = []
                 w, r = timed(cmd, d, env, c)
-                if best is None or w < best:
-                    best, cpu = w, c
-                rss = max(rss, r)
+                if name not in best or w < best[name]:
+                    best[name], cpu[name] = w, c
+                rss[name] = max(rss.get(name, 0), r)
+                last[name] = d
+        rows = {}
+        for name in names:
             # Counted from the last run's output.
+            d, counted, per_event = last[name], None, None
             if name == "instrfn":
                 counted, per_event = instrfn_counted(os.path.join(d, "trace"), t)
             elif name == "uftrace":
                 counted = uftrace_counted(os.path.join(d, "data"))
             elif name == "xray":
                 counted = xray_counted(exe["xray-fdr"], d)
-            rows[name] = (best, rss, cpu[0], counted, per_event)
+            rows[name] = (best[name], rss[name], cpu[name][0], counted, per_event)
         plain = rows["plain"][0]
         ns = {k: 1e9 * (v[0] - plain) * min(t, os.cpu_count()) / calls for k, v in rows.items()}
         for name, (w, rss, cpu, counted, per_event) in rows.items():
