@@ -405,67 +405,6 @@ fn trace_registers_survive_entry_and_exit() {
     }
 }
 
-/// exit_window.c built -pg and linked with libinstrfn.a, run in trace mode with `extra`
-/// environment: `mode` and 16 windows with `rounds(i)` handler rounds each. Checks that all 16
-/// windows were reached and the trace holds every event once: balanced, nothing lost or
-/// dropped, stepped 16 entries and exits, every deep call an entry (with its exit) or an entry
-/// without exit. `trace` is removed first.
-fn exit_window_run(
-    exe: &Path,
-    mode: &str,
-    rounds: fn(usize) -> usize,
-    extra: &[(&str, &str)],
-    dir: &Path,
-    context: &str,
-) {
-    let trace = dir.join("trace");
-    let _ = std::fs::remove_dir_all(&trace);
-    let t = trace.display().to_string();
-    let mut env = vec![("INSTRFN_MODE", "trace"), ("INSTRFN_OUTPUT", t.as_str())];
-    env.extend_from_slice(extra);
-    let mut args = vec![mode.to_string()];
-    args.extend((0..16).map(|i| rounds(i).to_string()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = run_exe(X86_64, exe, &args, &env, dir);
-    let text = stdout_of(&out);
-    let words: Vec<u64> = text
-        .split_whitespace()
-        .filter_map(|w| w.parse().ok())
-        .collect();
-    let [windows, deep, stepped] = words[..] else {
-        panic!("{context}: {text}")
-    };
-    assert_eq!(windows, 16, "{context}: {text}");
-    assert_eq!(stepped, 16, "{context}: {text}");
-    let procs = instrfn_dump(&trace);
-    let counts = assert_balanced(&procs[0], context);
-    assert_eq!(procs[0].lost, 0, "{context}");
-    assert_eq!(meta_dropped(&trace), 0, "{context}");
-    // The handler's events came after stepped's entry: nothing is taken back.
-    assert_eq!(count_of(&counts, "entry", "stepped"), 16, "{context}");
-    assert_eq!(count_of(&counts, "exit", "stepped"), 16, "{context}");
-    let (entries, exits, noexit) = (
-        count_of(&counts, "entry", "deep"),
-        count_of(&counts, "exit", "deep"),
-        count_of(&counts, "entry-no-exit", "deep"),
-    );
-    assert_eq!(entries, exits, "{context}");
-    assert_eq!(entries + noexit, deep, "{context}: {counts:?}");
-}
-
-fn build_exit_window(dir: &Path) -> PathBuf {
-    let obj = dir.join("exit_window.o");
-    require_tool("gcc");
-    run_ok(
-        Command::new("gcc")
-            .args(["-O2", "-pg", "-c"])
-            .arg(fixture("c/exit_window.c"))
-            .arg("-o")
-            .arg(&obj),
-    );
-    link_runtime(X86_64, dir, &obj, &[], "exit_window", Runtime::Static)
-}
-
 #[test]
 fn trace_take_back_survives_a_handler_that_fills_chunks() {
     // INSTRFN_MIN_DURATION's take-back in the exit trampoline reads the thread's position and
@@ -476,7 +415,7 @@ fn trace_take_back_survives_a_handler_that_fills_chunks() {
     // chunk as a reservation does. Windows of different lengths put the reused chunk at every
     // stage (being filled, filled, free) when the trampoline resumes.
     let dir = workdir("trace-take-back");
-    let exe = build_exit_window(&dir);
+    let exe = build_exit_window(X86_64, &dir);
     for collector in ["off", "on"] {
         let env = [
             ("INSTRFN_BUFSIZE", "4096"),
@@ -485,7 +424,7 @@ fn trace_take_back_survives_a_handler_that_fills_chunks() {
             ("INSTRFN_COLLECTOR", collector),
         ];
         let context = format!("take-back INSTRFN_COLLECTOR={collector}");
-        exit_window_run(&exe, "take-back", |i| 30 + i, &env, &dir, &context);
+        exit_window_run(X86_64, &exe, "take-back", |i| 30 + i, &env, &dir, &context);
     }
 }
 
@@ -499,8 +438,8 @@ fn trace_exit_pop_survives_a_handler_that_walks_the_stack() {
     // trampoline's jump comes back to itself and the program aborts ("lost track of a return
     // address"), as it did a few times in a hundred under tracesig.c's stack-walking handlers.
     let dir = workdir("trace-exit-pop");
-    let exe = build_exit_window(&dir);
-    exit_window_run(&exe, "pop", |i| i % 3, &[], &dir, "pop");
+    let exe = build_exit_window(X86_64, &dir);
+    exit_window_run(X86_64, &exe, "pop", |i| i % 3, &[], &dir, "pop");
 }
 
 /// INSTRFN_MIN_DURATION under signal handlers that land anywhere (tracesig.c natively, its

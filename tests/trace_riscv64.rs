@@ -677,3 +677,24 @@ fn riscv64_a_full_trace_counts_every_event() {
     compile(Cc::Gcc, "calltree.c", &["-pg"], &obj);
     assert_full_trace_counted(ARCH, &obj, &dir, "riscv64");
 }
+
+/// INSTRFN_MIN_DURATION's take-back held up at one exact instruction (exit_window.c
+/// `take-back`: a breakpoint written over instrfn_riscv64_exit_take_back, its handler under qemu
+/// filling many 4 KiB chunks there, which the runtime retires, commits and reuses while the
+/// interrupted trampoline goes on; see tests/host.rs's x86_64 test of the same): every event
+/// in the trace exactly once, with the collector and without.
+#[test]
+fn riscv64_trace_take_back_survives_a_handler_that_fills_chunks() {
+    let dir = workdir("riscv64-trace-take-back");
+    let exe = build_exit_window(ARCH, &dir);
+    for collector in ["off", "on"] {
+        let env = [
+            ("INSTRFN_BUFSIZE", "4096"),
+            ("INSTRFN_MAX_DEPTH", "4"),
+            ("INSTRFN_MIN_DURATION", "10s"),
+            ("INSTRFN_COLLECTOR", collector),
+        ];
+        let context = format!("riscv64 take-back INSTRFN_COLLECTOR={collector}");
+        exit_window_run(ARCH, &exe, "take-back", |i| 30 + i, &env, &dir, &context);
+    }
+}

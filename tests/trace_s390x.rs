@@ -824,3 +824,24 @@ fn s390x_a_full_trace_counts_every_event() {
     let obj = compile(&dir, "c/calltree.c", &["-pg"], "calltree.o");
     assert_full_trace_counted(S390X, &obj, &dir, "s390x");
 }
+
+/// INSTRFN_MIN_DURATION's take-back held up at one exact instruction (exit_window.c
+/// `take-back`: a breakpoint written over instrfn_s390x_exit_take_back, its handler under qemu
+/// filling many 4 KiB chunks there, which the runtime retires, commits and reuses while the
+/// interrupted trampoline goes on; see tests/host.rs's x86_64 test of the same): every event
+/// in the trace exactly once, with the collector and without.
+#[test]
+fn s390x_trace_take_back_survives_a_handler_that_fills_chunks() {
+    let dir = workdir("s390x-trace-take-back");
+    let exe = build_exit_window(S390X, &dir);
+    for collector in ["off", "on"] {
+        let env = [
+            ("INSTRFN_BUFSIZE", "4096"),
+            ("INSTRFN_MAX_DEPTH", "4"),
+            ("INSTRFN_MIN_DURATION", "10s"),
+            ("INSTRFN_COLLECTOR", collector),
+        ];
+        let context = format!("s390x take-back INSTRFN_COLLECTOR={collector}");
+        exit_window_run(S390X, &exe, "take-back", |i| 30 + i, &env, &dir, &context);
+    }
+}

@@ -1262,6 +1262,70 @@ pub fn tracesig_output(stdout: &str, context: &str) -> (u64, u64) {
 // Trace mode: what tests/host.rs and every tests/trace_<arch>.rs check alike. Where an
 // architecture expects other events, the shared code says so, for that architecture, and why.
 
+/// exit_window.c (see [`build_exit_window`]) run for `arch` in trace mode with `extra`
+/// environment: `mode` and 16 windows with `rounds(i)` handler rounds each. Checks that all 16
+/// windows were reached and the trace holds every event once: balanced, nothing lost or
+/// dropped, stepped 16 entries and exits, every deep call an entry (with its exit) or an entry
+/// without exit. `trace` is removed first.
+pub fn exit_window_run(
+    arch: Arch,
+    exe: &Path,
+    mode: &str,
+    rounds: fn(usize) -> usize,
+    extra: &[(&str, &str)],
+    dir: &Path,
+    context: &str,
+) {
+    let trace = dir.join("trace");
+    let _ = std::fs::remove_dir_all(&trace);
+    let t = trace.display().to_string();
+    let mut env = vec![("INSTRFN_MODE", "trace"), ("INSTRFN_OUTPUT", t.as_str())];
+    env.extend_from_slice(extra);
+    let mut args = vec![mode.to_string()];
+    args.extend((0..16).map(|i| rounds(i).to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run_exe(arch, exe, &args, &env, dir);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let words: Vec<u64> = text
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let [windows, deep, stepped] = words[..] else {
+        panic!("{context}: {text}")
+    };
+    assert_eq!(windows, 16, "{context}: {text}");
+    assert_eq!(stepped, 16, "{context}: {text}");
+    let procs = instrfn_dump(&trace);
+    let counts = assert_balanced(&procs[0], context);
+    assert_eq!(procs[0].lost, 0, "{context}");
+    assert_eq!(meta_dropped(&trace), 0, "{context}");
+    // The handler's events came after stepped's entry: nothing is taken back.
+    assert_eq!(count_of(&counts, "entry", "stepped"), 16, "{context}");
+    assert_eq!(count_of(&counts, "exit", "stepped"), 16, "{context}");
+    let (entries, exits, noexit) = (
+        count_of(&counts, "entry", "deep"),
+        count_of(&counts, "exit", "deep"),
+        count_of(&counts, "entry-no-exit", "deep"),
+    );
+    assert_eq!(entries, exits, "{context}");
+    assert_eq!(entries + noexit, deep, "{context}: {counts:?}");
+}
+
+/// tests/fixtures/c/exit_window.c built with gcc -O2 -pg for `arch` and linked with its
+/// libinstrfn.a (the fixture names the runtime's hidden labels).
+pub fn build_exit_window(arch: Arch, dir: &Path) -> PathBuf {
+    let obj = dir.join("exit_window.o");
+    let source = fixture("c/exit_window.c");
+    let args: Vec<&OsStr> = vec![
+        OsStr::new("-O2"),
+        OsStr::new("-pg"),
+        OsStr::new("-c"),
+        source.as_os_str(),
+    ];
+    cc(arch, &args, &obj);
+    link_runtime(arch, dir, &obj, &[], "exit_window", Runtime::Static)
+}
+
 /// How the runtime gets into a traced program (tests/trace_<arch>.rs).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Runtime {
