@@ -442,6 +442,94 @@ fn trace_exit_pop_survives_a_handler_that_walks_the_stack() {
     exit_window_run(X86_64, &exe, "pop", |i| i % 3, &[], &dir, "pop");
 }
 
+#[test]
+fn trace_survives_a_traced_handler_at_every_instruction() {
+    // sweep.c: call i of stepped() is interrupted at its i-th instruction (single-stepped),
+    // for every i along the call — its own code, mcount's or __fentry__'s fast path, the exit
+    // trampoline — by a handler that makes traced calls (filling and recycling 4 KiB chunks in
+    // the heavier rounds) and walks the stack with backtrace(). Every run: the program ends
+    // normally, most instructions were reached, and the trace holds every call exactly: as an
+    // entry and its exit, an entry without exit (beyond INSTRFN_MAX_DEPTH), or counted as left
+    // out (INSTRFN_MIN_DURATION). With the exit trampoline as it was before it zeroed its
+    // entry's slot first, every walking round here aborted ("lost track of a return address").
+    const N: u64 = 300;
+    for (name, flags) in [("pg", &["-pg"][..]), ("fentry", &["-pg", "-mfentry"][..])] {
+        let dir = workdir(&format!("trace-sweep-{name}"));
+        let obj = dir.join("sweep.o");
+        require_tool("gcc");
+        run_ok(
+            Command::new("gcc")
+                .args(["-O2", "-c"])
+                .args(flags)
+                .arg(fixture("c/sweep.c"))
+                .arg("-o")
+                .arg(&obj),
+        );
+        let exe = link_runtime(X86_64, &dir, &obj, &[], "sweep", Runtime::Static);
+        let small = [("INSTRFN_BUFSIZE", "4096"), ("INSTRFN_COLLECTOR", "off")];
+        let short = [
+            ("INSTRFN_BUFSIZE", "4096"),
+            ("INSTRFN_COLLECTOR", "off"),
+            ("INSTRFN_MIN_DURATION", "10s"),
+            ("INSTRFN_MAX_DEPTH", "4"),
+        ];
+        let rounds: [(&str, bool, &[(&str, &str)]); 4] = [
+            ("1", true, &[]),
+            ("40", true, &small),
+            ("40", false, &[("INSTRFN_BUFSIZE", "4096")]),
+            ("40", true, &short),
+        ];
+        for (r, walk, extra) in rounds {
+            let context = format!("{name} rounds {r} walk {walk} {extra:?}");
+            let trace = dir.join("trace");
+            let _ = std::fs::remove_dir_all(&trace);
+            let t = trace.display().to_string();
+            let mut env = vec![("INSTRFN_MODE", "trace"), ("INSTRFN_OUTPUT", t.as_str())];
+            env.extend_from_slice(extra);
+            let n = N.to_string();
+            let mut args = vec![n.as_str(), r];
+            if walk {
+                args.push("walk");
+            }
+            let out = run_exe(X86_64, &exe, &args, &env, &dir);
+            let text = stdout_of(&out);
+            let words: Vec<u64> = text
+                .split_whitespace()
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            let [handled, deep, stepped, stopped, missed] = words[..] else {
+                panic!("{context}: {text}")
+            };
+            assert_eq!(handled + stopped + missed, N, "{context}: {text}");
+            assert!(handled >= 100, "{context}: {text}");
+            assert_eq!(stepped, N + 1, "{context}: {text}");
+            let procs = instrfn_dump(&trace);
+            let counts = assert_balanced(&procs[0], &context);
+            assert_eq!(procs[0].lost, 0, "{context}");
+            let made = [("deep", deep), ("stepped", stepped), ("main", 1)];
+            let mut recorded = 0;
+            for (f, n) in made {
+                let (entries, exits, noexit) = (
+                    count_of(&counts, "entry", f),
+                    count_of(&counts, "exit", f),
+                    count_of(&counts, "entry-no-exit", f),
+                );
+                assert_eq!(entries, exits, "{context}: {f}");
+                if extra.iter().all(|(k, _)| *k != "INSTRFN_MIN_DURATION") {
+                    assert_eq!(entries + noexit, n, "{context}: {f}: {counts:?}");
+                }
+                recorded += entries + noexit;
+            }
+            let dropped = meta_dropped(&trace);
+            assert_eq!(
+                recorded + dropped,
+                deep + stepped + 1,
+                "{context}: {recorded} recorded, {dropped} dropped: {counts:?}"
+            );
+        }
+    }
+}
+
 /// INSTRFN_MIN_DURATION under signal handlers that land anywhere (tracesig.c natively, its
 /// sender signalling the main thread again as soon as a handler ran, 4 KiB chunks), as the
 /// qemu tests do single-stepped on the other architectures: -pg and -pg -mfentry, at 1 s
