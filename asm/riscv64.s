@@ -902,6 +902,9 @@ instrfn_riscv64_exit_take_back:
     sd t6, 8-{EV_BYTES}(t1)
     j .Lexit_pop
 .Lexit_slow:
+    .globl instrfn_riscv64_exit_slow_part   # (a symbol of its own: tests/fixtures/c/bpsweep.c
+    .hidden instrfn_riscv64_exit_slow_part  # puts breakpoints only where signals are not
+instrfn_riscv64_exit_slow_part:             # blocked)
     addi sp, sp, -64
     .cfi_def_cfa_offset 64
     sd a0, 0(sp)

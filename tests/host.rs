@@ -442,10 +442,6 @@ fn trace_exit_pop_survives_a_handler_that_walks_the_stack() {
     exit_window_run(X86_64, &exe, "pop", |i| i % 3, &[], &dir, "pop");
 }
 
-/// One round of sweep.c: its ROUNDS argument, whether its handlers walk the stack, extra
-/// environment.
-type SweepRound<'a> = (&'a str, bool, &'a [(&'a str, &'a str)]);
-
 #[test]
 fn trace_survives_a_traced_handler_at_every_instruction() {
     // sweep.c: call i of stepped() is interrupted at its i-th instruction (single-stepped),

@@ -845,3 +845,25 @@ fn s390x_trace_take_back_survives_a_handler_that_fills_chunks() {
         exit_window_run(S390X, &exe, "take-back", |i| 30 + i, &env, &dir, &context);
     }
 }
+
+/// A traced, stack-walking signal handler at each instruction of the trace fast paths in turn
+/// (bpsweep.c: a breakpoint written over every instruction of _mcount's fast path and the exit
+/// trampoline's, one call each, as tests/host.rs's sweep does with the trap flag): every call
+/// recorded exactly, also with 4 KiB chunks filled and recycled under the interrupted code and
+/// with INSTRFN_MIN_DURATION taking calls back.
+#[test]
+fn s390x_trace_survives_a_traced_handler_at_every_instruction() {
+    let dir = workdir("s390x-trace-bpsweep");
+    let small: &[(&str, &str)] = &[("INSTRFN_BUFSIZE", "4096"), ("INSTRFN_COLLECTOR", "off")];
+    let short: &[(&str, &str)] = &[
+        ("INSTRFN_BUFSIZE", "4096"),
+        ("INSTRFN_COLLECTOR", "off"),
+        ("INSTRFN_MIN_DURATION", "10s"),
+        ("INSTRFN_MAX_DEPTH", "4"),
+    ];
+    bpsweep_rounds(
+        S390X,
+        &dir,
+        &[("1", true, &[]), ("40", true, small), ("40", true, short)],
+    );
+}

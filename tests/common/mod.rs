@@ -1326,6 +1326,125 @@ pub fn build_exit_window(arch: Arch, dir: &Path) -> PathBuf {
     link_runtime(arch, dir, &obj, &[], "exit_window", Runtime::Static)
 }
 
+/// tests/fixtures/c/bpsweep.c for `arch` (aarch64, riscv64, s390x), built -O2 -pg and linked
+/// with libinstrfn.a in `dir`, run under qemu over every instruction of the trace fast paths
+/// (`_mcount`, `mcount`, `instrfn_<arch>_mcount`, the exit trampoline up to its slow part, as
+/// the linked program's disassembly lists them), for each `(rounds, walk, environment)`: the
+/// program ends normally, most instructions were reached, and the trace holds every call
+/// exactly, as an entry and its exit, an entry without exit, or counted as left out.
+/// One round of sweep.c or bpsweep.c: its ROUNDS argument, whether its handlers walk the
+/// stack, extra environment.
+pub type SweepRound<'a> = (&'a str, bool, &'a [(&'a str, &'a str)]);
+
+pub fn bpsweep_rounds(arch: Arch, dir: &Path, rounds: &[SweepRound]) {
+    let obj = dir.join("bpsweep.o");
+    let source = fixture("c/bpsweep.c");
+    let args: Vec<&OsStr> = vec![
+        OsStr::new("-O2"),
+        OsStr::new("-pg"),
+        OsStr::new("-c"),
+        source.as_os_str(),
+    ];
+    cc(arch, &args, &obj);
+    let exe = link_runtime(arch, dir, &obj, &[], "bpsweep", Runtime::Static);
+    let objdump = arch.cc.replace("gcc", "objdump");
+    require_tool(&objdump);
+    let listing = run_ok(Command::new(&objdump).arg("-d").arg(&exe));
+    let listing = String::from_utf8_lossy(&listing.stdout).into_owned();
+    let base_name = format!("instrfn_{}_exit", arch.name);
+    let swept: Vec<String> = ["_mcount", "mcount"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([
+            format!("instrfn_{}_mcount", arch.name),
+            base_name.clone(),
+            format!("instrfn_{}_exit_take_back", arch.name),
+        ])
+        .collect();
+    let (mut base, mut current, mut addrs) = (None, String::new(), Vec::new());
+    for line in listing.lines() {
+        if let Some((addr, rest)) = line.split_once(" <")
+            && let (Ok(a), Some(name)) = (u64::from_str_radix(addr, 16), rest.strip_suffix(">:"))
+        {
+            current = name.to_string();
+            if current == base_name {
+                base = Some(a);
+            }
+            continue;
+        }
+        if swept.contains(&current)
+            && let Some((addr, _)) = line.trim_start().split_once(':')
+            && let Ok(a) = u64::from_str_radix(addr, 16)
+        {
+            addrs.push(a);
+        }
+    }
+    let base = base.unwrap_or_else(|| panic!("{base_name} not in the disassembly"));
+    assert!(addrs.len() > 100, "{} instructions found", addrs.len());
+    let list = dir.join("offsets");
+    let text: String = addrs
+        .iter()
+        .map(|&a| {
+            let off = a as i64 - base as i64;
+            if off < 0 {
+                format!("-{:x}\n", -off)
+            } else {
+                format!("{off:x}\n")
+            }
+        })
+        .collect();
+    std::fs::write(&list, text).unwrap();
+    let n = addrs.len() as u64;
+    for &(r, walk, extra) in rounds {
+        let context = format!("{} bpsweep rounds {r} walk {walk} {extra:?}", arch.name);
+        let trace = dir.join("trace");
+        let _ = std::fs::remove_dir_all(&trace);
+        let t = trace.display().to_string();
+        let mut env = vec![("INSTRFN_MODE", "trace"), ("INSTRFN_OUTPUT", t.as_str())];
+        env.extend_from_slice(extra);
+        let l = list.display().to_string();
+        let mut args = vec![l.as_str(), r];
+        if walk {
+            args.push("walk");
+        }
+        let out = run_exe(arch, &exe, &args, &env, dir);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let words: Vec<u64> = text
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        let [handled, deep, stepped, missed] = words[..] else {
+            panic!("{context}: {text}")
+        };
+        assert_eq!(handled + missed, n, "{context}: {text}");
+        assert!(handled >= 40, "{context}: {text}");
+        assert_eq!(stepped, n + 1, "{context}: {text}");
+        let procs = instrfn_dump(&trace);
+        let counts = assert_balanced(&procs[0], &context);
+        assert_eq!(procs[0].lost, 0, "{context}");
+        let left_out = extra.iter().any(|(k, _)| *k == "INSTRFN_MIN_DURATION");
+        let mut recorded = 0;
+        for (f, made) in [("deep", deep), ("stepped", stepped), ("main", 1)] {
+            let (entries, exits, noexit) = (
+                count_of(&counts, "entry", f),
+                count_of(&counts, "exit", f),
+                count_of(&counts, "entry-no-exit", f),
+            );
+            assert_eq!(entries, exits, "{context}: {f}");
+            if !left_out {
+                assert_eq!(entries + noexit, made, "{context}: {f}: {counts:?}");
+            }
+            recorded += entries + noexit;
+        }
+        let dropped = meta_dropped(&trace);
+        assert_eq!(
+            recorded + dropped,
+            deep + stepped + 1,
+            "{context}: {recorded} recorded, {dropped} dropped: {counts:?}"
+        );
+    }
+}
+
 /// How the runtime gets into a traced program (tests/trace_<arch>.rs).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Runtime {
