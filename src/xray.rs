@@ -76,20 +76,24 @@ const KIND_LOG_ARGS: u8 = 3;
 mod sled {
     //! x86_64 sleds (LLVM's X86MCInstLower, compiler-rt's xray_x86_64.cpp):
     //! entry and tail: `eb 09` (jmp +9) and a 9-byte nop; exit: `c3` (ret) and a 10-byte nop.
-    //! Patched (not compiler-rt's form): `68 <w>` (push $w, w = (id << 8) | 9), then
-    //! `e8 <rel32>` (call) for entry and tail, `e9 <rel32>` (jmp) for exit, to the object's
-    //! stub, then one `90` (nop). Everything after byte 0 is written first (an entry or tail
-    //! sled's `jmp +9` skips bytes 2..10, and byte 1, the jump's 09, is the push immediate's low
-    //! byte; nothing after an exit sled's `ret` runs), then byte 0 alone: `eb`/`c3` -> `68`, a
-    //! one-byte store, atomic whatever copies it. Unpatching writes byte 0 back alone; the rest
-    //! stays (a thread preempted between the `push` and the `call` resumes at the `call`).
-    //! The trampolines (asm/x86_64-xray.s) read w's low 32 bits and shift out the 09.
+    //! Patched (not compiler-rt's form): entry and tail `a8 09` (test $9, %al: flags only),
+    //! `e8 <rel32>` (call) to the object's stub and the function id (4 bytes, never executed:
+    //! the trampoline reads it behind its return address and returns past it); exit `e8
+    //! <rel32>` in place of the `ret`, then the id. No form moves %rsp before its call, so the
+    //! function's own unwind information stays true at every instruction boundary of the sled
+    //! (an unwinder in a signal handler that lands there reads the right return address; with
+    //! a `push` before the call it read the pushed word: tests/fixtures/c/sweep.c). Everything
+    //! after byte 0 is written first (an entry or tail sled's `jmp +9` skips bytes 2..10, and
+    //! byte 1, the jump's 09, is also the test's immediate; nothing after an exit sled's `ret`
+    //! runs), then byte 0 alone: `eb` -> `a8`, `c3` -> `e8`, a one-byte store, atomic whatever
+    //! copies it. Unpatching writes byte 0 back alone; the rest stays (a thread preempted
+    //! between the `test` and the `call` resumes at the `call`).
     pub const SUPPORTED: bool = true;
     pub const BYTES: usize = 11;
     /// Bytes written last, with one store: the one byte that decides which form runs.
     pub const HEAD: usize = 1;
-    /// The highest function id a patched sled can carry (24 bits above the push immediate's
-    /// low byte).
+    /// The highest function id a patched sled carries (the table is indexed by it; objects
+    /// with more functions are refused).
     pub const MAX_ID: u32 = (1 << 24) - 1;
     /// The first byte of the part written before the head: bytes HEAD..rest(kind) are the same
     /// in both forms (an entry or tail sled's 09).
@@ -123,15 +127,20 @@ mod sled {
         if id > MAX_ID {
             return None;
         }
-        let next = at + 10; // after the call/jmp (the nop at byte 10 follows it)
+        let exit = kind == super::KIND_EXIT;
+        let call = if exit { 0 } else { 2 }; // where the call is
+        let next = at + call + 5; // after it: the return address, where the id is
         let rel = (stub as i64).wrapping_sub(next as i64);
         let rel: i32 = rel.try_into().ok()?;
-        let mut p = [0u8; BYTES];
-        p[0] = 0x68;
-        p[1..5].copy_from_slice(&((id << 8) | 0x09).to_le_bytes());
-        p[5] = if kind == super::KIND_EXIT { 0xe9 } else { 0xe8 };
-        p[6..10].copy_from_slice(&rel.to_le_bytes());
-        p[10] = 0x90;
+        // The bytes after the id (2 in an exit sled) keep the nop they had: never executed.
+        let mut p = [0x90u8; BYTES];
+        if !exit {
+            p[0] = 0xa8;
+            p[1] = 0x09;
+        }
+        p[call] = 0xe8;
+        p[call + 1..call + 5].copy_from_slice(&rel.to_le_bytes());
+        p[call + 5..call + 9].copy_from_slice(&id.to_le_bytes());
         Some(p)
     }
 
@@ -176,19 +185,21 @@ mod sled {
             let at = 0x10_0000;
             let stub = at + 0x1000;
             let e = patched(super::super::KIND_ENTRY, 0x123456, at, stub).unwrap();
-            let rel = (stub - at - 10) as u32;
-            let mut want = vec![0x68, 0x09, 0x56, 0x34, 0x12, 0xe8];
+            let rel = (stub - at - 7) as u32;
+            let mut want = vec![0xa8, 0x09, 0xe8];
             want.extend_from_slice(&rel.to_le_bytes());
-            want.push(0x90);
+            want.extend_from_slice(&[0x56, 0x34, 0x12, 0]);
             assert_eq!(e.to_vec(), want);
             // Byte 1 is the entry sled's own 09: only bytes 2.. and then byte 0 are written.
             assert_eq!(rest(super::super::KIND_ENTRY), 2);
             let x = patched(super::super::KIND_EXIT, 1, at, stub).unwrap();
-            assert_eq!(x[..6], [0x68, 0x09, 0x01, 0, 0, 0xe9]);
+            let rel = (stub - at - 5) as u32;
+            let mut want = vec![0xe8];
+            want.extend_from_slice(&rel.to_le_bytes());
+            want.extend_from_slice(&[1, 0, 0, 0, 0x90, 0x90]);
+            assert_eq!(x.to_vec(), want);
             assert_eq!(rest(super::super::KIND_EXIT), 1);
-            // The highest id: push sign-extends the immediate, the trampolines read its low
-            // 32 bits.
-            assert!(patched(super::super::KIND_ENTRY, MAX_ID, at, stub).unwrap()[4] == 0xff);
+            assert!(patched(super::super::KIND_ENTRY, MAX_ID, at, stub).is_some());
             assert!(patched(super::super::KIND_ENTRY, MAX_ID + 1, at, stub).is_none());
             assert!(patched(super::super::KIND_ENTRY, 1, at, at + (3 << 30)).is_none());
         }

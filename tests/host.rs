@@ -446,30 +446,55 @@ fn trace_exit_pop_survives_a_handler_that_walks_the_stack() {
 fn trace_survives_a_traced_handler_at_every_instruction() {
     // sweep.c: call i of stepped() is interrupted at its i-th instruction (single-stepped),
     // for every i along the call — its own code, mcount's or __fentry__'s fast path, the exit
-    // trampoline, or with -finstrument-functions the two hooks' — by a handler that makes traced calls (filling and recycling 4 KiB chunks in
-    // the heavier rounds) and walks the stack with backtrace(). Every run: the program ends
+    // trampoline, -finstrument-functions' two hooks, or natively patched XRay sleds and their
+    // trampolines — by a handler that makes traced calls (filling and recycling 4 KiB chunks
+    // in the heavier rounds) and walks the stack with backtrace(). Every run: the program ends
     // normally, most instructions were reached, and the trace holds every call exactly: as an
     // entry and its exit, an entry without exit (beyond INSTRFN_MAX_DEPTH), or counted as left
-    // out (INSTRFN_MIN_DURATION). With the exit trampoline as it was before it zeroed its
-    // entry's slot first, every walking round here aborted ("lost track of a return address").
+    // out (INSTRFN_MIN_DURATION, which XRay sleds ignore). With the exit trampoline as it was
+    // before it zeroed its entry's slot first, every walking -pg round here aborted ("lost
+    // track of a return address"); with the XRay sled form that pushed the id before its call,
+    // the walking XRay rounds crashed in the unwinder (it took the pushed word for a return
+    // address).
     const N: u64 = 300;
+    let lib = runtime_lib(X86_64, Lib::Shared).display().to_string();
     for (name, flags) in [
         ("pg", &["-pg"][..]),
         ("fentry", &["-pg", "-mfentry"][..]),
         ("cyg", &["-finstrument-functions"][..]),
+        (
+            "xray",
+            &["-fxray-instrument", "-fxray-instruction-threshold=1"][..],
+        ),
     ] {
         let dir = workdir(&format!("trace-sweep-{name}"));
-        let obj = dir.join("sweep.o");
-        require_tool("gcc");
-        run_ok(
-            Command::new("gcc")
-                .args(["-O2", "-c"])
-                .args(flags)
-                .arg(fixture("c/sweep.c"))
-                .arg("-o")
-                .arg(&obj),
-        );
-        let exe = link_runtime(X86_64, &dir, &obj, &[], "sweep", Runtime::Static);
+        let xray = name == "xray";
+        let exe = if xray {
+            // clang, no runtime linked: LD_PRELOAD patches the sleds natively.
+            require_tool("clang");
+            let exe = dir.join("sweep");
+            run_ok(
+                Command::new("clang")
+                    .args(["-O2", "-Wno-unknown-attributes"])
+                    .args(flags)
+                    .arg(fixture("c/sweep.c"))
+                    .arg("-o")
+                    .arg(&exe),
+            );
+            exe
+        } else {
+            let obj = dir.join("sweep.o");
+            require_tool("gcc");
+            run_ok(
+                Command::new("gcc")
+                    .args(["-O2", "-c"])
+                    .args(flags)
+                    .arg(fixture("c/sweep.c"))
+                    .arg("-o")
+                    .arg(&obj),
+            );
+            link_runtime(X86_64, &dir, &obj, &[], "sweep", Runtime::Static)
+        };
         let small = [("INSTRFN_BUFSIZE", "4096"), ("INSTRFN_COLLECTOR", "off")];
         let short = [
             ("INSTRFN_BUFSIZE", "4096"),
@@ -489,6 +514,9 @@ fn trace_survives_a_traced_handler_at_every_instruction() {
             let _ = std::fs::remove_dir_all(&trace);
             let t = trace.display().to_string();
             let mut env = vec![("INSTRFN_MODE", "trace"), ("INSTRFN_OUTPUT", t.as_str())];
+            if xray {
+                env.push(("LD_PRELOAD", lib.as_str()));
+            }
             env.extend_from_slice(extra);
             let n = N.to_string();
             let mut args = vec![n.as_str(), r];
