@@ -7,28 +7,30 @@
 # EVENT_WORD (events), SHADOW_RESERVE, SHADOW_RELEASE and SHADOW_POP (shadow entries). Of the
 # gmon layout nothing is used here: XRay sleds are patched in trace mode only.
 #
-# A sled as LLVM emits it, and as instrfn patches it (11 bytes; id: the function's, 4 bytes):
-#   entry, tail call:  eb 09 <9 bytes of nop>   ->  a8 09 e8 <rel32> <id>
-#                      jmp +9                       test $9, %al ; call <stub> ; (data)
-#   exit:              c3 <10 bytes of nop>     ->  e8 <rel32> <id> 90 90
-#                      ret                          call <stub> ; (data)
+# A sled as LLVM emits it, and as instrfn patches it (11 bytes; w = (id << 8) | 9):
+#   entry, tail call:  eb 09 <9 bytes of nop>   ->  a9 <w:4> e8 <rel32> 90
+#                      jmp +9                       test $w, %eax ; call <stub> ; nop
+#   exit:              c3 <10 bytes of nop>     ->  e8 <rel32> c3 <id:4> 90
+#                      ret                          call <stub> ; ret ; (data)
 # Patching writes everything but byte 0 first (bytes 2..10 of an entry or tail sled, whose
 # `jmp +9` skips them; bytes 1..10 of an exit sled, after its `ret`), then byte 0 alone (eb ->
-# a8, c3 -> e8); unpatching writes byte 0 back alone. A one-byte store is atomic whatever copies
+# a9, c3 -> e8); unpatching writes byte 0 back alone. A one-byte store is atomic whatever copies
 # it (the kernel's memcpy behind /proc/self/mem included), so a thread that runs through a sled
 # meanwhile executes either the old instruction at byte 0 or the new one, never a mix. (The
-# test's immediate is 09, so byte 1 of an entry sled is the same in both forms.) A thread
-# preempted after the `test` when the sled is put back resumes at the `call`, which is left in
-# place: it reaches a trampoline, which returns past the id as always.
+# test immediate's low byte is 09, so byte 1 of an entry sled is the same in both forms.) A
+# thread preempted after the `test` when the sled is put back resumes at the `call`, which is
+# left in place: it reaches a trampoline as always.
 #
-# The id sits right behind the call, where its return address points: the trampolines read it
-# there (ids up to 2^24 - 1: src/xray.rs refuses objects with more functions), and the entry
-# and tail trampolines return past it (an exit trampoline returns to the function's caller).
-# No form moves %rsp before its call: at every instruction boundary of a patched sled the
-# function's own unwind information is still true, so an unwinder started by a signal handler
-# that lands there (a sampling profiler's backtrace) reads the real return address. (The form
-# before this one pushed the id first, and such an unwinder took the pushed word for a return
-# address: tests/fixtures/c/sweep.c.)
+# The trampolines find the id from their return address: 9 bytes before it, in the test's
+# immediate (entry, tail: shifted right by 8), or 1 byte after it, behind the sled's `ret`
+# (exit); ids up to 2^24 - 1 (src/xray.rs refuses objects with more functions). They return
+# with a plain `ret` into the sled, so every call is matched by its return (the CPU's
+# return-address predictor stays right), and at an exit the sled's own `ret` then leaves the
+# function. No form moves %rsp before its call: at every instruction boundary of a patched
+# sled the function's own unwind information is still true, so an unwinder started by a
+# signal handler that lands there (a sampling profiler's backtrace) reads the real return
+# address. (The form before this one pushed the id first, and such an unwinder took the pushed
+# word for a return address: tests/fixtures/c/sweep.c.)
 # <stub>, on a page within rel32 reach of the object's code, is
 #   movabs $table, %r11 ; jmp *<trampoline>
 # and table is the object's id -> function address array (8 bytes each, index = id; bit 63:
@@ -38,17 +40,10 @@
 # below %rsp (the caller's red zone does not survive its call); at an exit sled (in place of the
 # `ret`) and at a tail sled (before the tail jump) the function's frame is gone and %rsp points
 # at its return address. The call writes its return address where compiler-rt's form (`mov
-# $id, %r10d; call`) writes its own. So in the trampolines:
-#   entry, tail:  (%rsp) = the return address into the sled, with the id behind it (the first
-#                 instruction moves it past the id: `addq $4, (%rsp)`, so that the id is at
-#                 -4 from it), 8(%rsp) = the function's return slot; they return with `ret`:
-#                 the function (or its tail callee) goes on with %rsp exactly as its caller
-#                 left it
-#   exit:         (%rsp) = the return address into the sled (the id behind it), 8(%rsp) = the
-#                 function's return address; the first instruction drops the sled's (`leaq
-#                 8(%rsp), %rsp`: it stays readable at -8(%rsp), below the stack pointer, where
-#                 nothing overwrites it: the kernel leaves 128 bytes below %rsp alone), then
-#                 the function's return slot is (%rsp) and our `ret` is the function's.
+# $id, %r10d; call`) writes its own. So in every sled trampoline (%rsp) = the return address
+# into the sled and 8(%rsp) = the function's return slot; they return with `ret`, and the
+# function (or its tail callee, or at an exit its caller) goes on with %rsp exactly as the
+# sled had it.
 #
 # Registers: every register is preserved but r11 (the stub sets it; the ABI makes it neither an
 # argument nor a result register) and the flags (no sled is at a place where they are live; DF
@@ -75,9 +70,7 @@
 # Slow path handover, as in FAST_PATH: -8(%rsp) = instrfn_xray_slow, rcx = the table entry,
 # rdx = the return slot | kind (0 entry, 1 exit, 2 tail), the caller's rcx/rdx at -16/-24(%rsp),
 # then jmp instrfn_x86_64_slow, which calls instrfn_xray_slow(&Tls, slot | kind, entry) with
-# everything saved and returns where the trampoline would have: past the id into the sled
-# (entry and tail: moved there first, on every path, recording or not), or, for an exit, to the
-# function's caller (the sled's return address dropped first).
+# everything saved and returns where the trampoline would have: into the sled.
 #
 # The C-ABI entries (for instrfn-xray's handler of compiler-rt's trampolines, which pass no
 # sled state: `via call` below):
@@ -92,19 +85,18 @@
     .text
 
 # XFN via: %rsi = the function's table entry (clobbers nothing else).
-#   sled: the id at -4 from the return address (moved past it already); exit: at 0 from the
-#   sled's return address, which is at -8(%rsp) (dropped already); call: the first argument,
-#   saved at -40(%rsp).
+#   sled: the test immediate 9 bytes before the return address, its 09 shifted out; exit: the
+#   id 1 byte after it; call: the first argument, saved at -40(%rsp).
     .macro XFN via
     .ifc \via,call
     movq -40(%rsp), %rsi
     .else
-    .ifc \via,exit
-    movq -8(%rsp), %rsi
-    movl (%rsi), %esi
-    .else
     movq (%rsp), %rsi
-    movl -4(%rsi), %esi
+    .ifc \via,exit
+    movl 1(%rsi), %esi
+    .else
+    movl -9(%rsi), %esi
+    shrl $8, %esi
     .endif
     movq (%r11,%rsi,8), %rsi
     .endif
@@ -112,31 +104,23 @@
 
 # XSLOT via, reg: reg = the function's return slot (the frame's identity).
     .macro XSLOT via, reg
-    .ifc \via,exit
-    movq %rsp, \reg
-    .else
     .ifc \via,call
     movq -56(%rsp), \reg
     .else
     leaq 8(%rsp), \reg
     .endif
-    .endif
     .endm
 
-# XRET via: back where the trampoline was called from (sled: past the id).
+# XRET via: back where the trampoline was called from (a sled, or the C caller).
     .macro XRET via
     ret
     .endm
 
-# XPROLOGUE via, at: a trampoline's first step (after the exit trampoline drops the sled's
-#   return address): via sled, the return address moved past the id (the unwind rule stays
-#   the default: the return address at the CFA - 8, both before and after, and both point into
-#   the function before its prologue); the scratch registers into the red zone (SCRATCH_SAVE
-#   at); via call, the frame (%rsi) at -56(%rsp). Clobbers the flags only.
+# XPROLOGUE via, at: a trampoline's first step: the scratch registers into the red zone
+#   (SCRATCH_SAVE at); via call, the frame (%rsi) at -56(%rsp). Clobbers nothing. (The unwind
+#   rule is the default one of a called routine: its return address, into the sled, at the CFA
+#   - 8, where the function's own rule holds.)
     .macro XPROLOGUE via, at
-    .ifc \via,sled
-    addq $4, (%rsp)                         # return past the id
-    .endif
     SCRATCH_SAVE \at
     .ifc \via,call
     movq %rsi, -56(%rsp)
@@ -153,8 +137,8 @@
 #   for a function without exit sled (bit 62 of its table entry), an entry without exit
 #   instead (the event's value drops the flag bits: value << 4).
 #   via sled: instrfn_x86_64_xray_entry, called by a patched entry sled (the function's first
-#     instruction) through its stub: (%rsp) = the return address into the sled (the id behind
-#     it), 8(%rsp) = the function's return slot; %r11 = the table.
+#     instruction) through its stub: (%rsp) = the return address into the sled, 8(%rsp) = the
+#     function's return slot; %r11 = the table.
 #   via call: instrfn_xray_handler_entry(entry = %rdi, frame = %rsi).
 #   Red zone: -8 rax, -16 rcx, -24 rdx, -32 rsi, -40 rdi, -48 the shadow entry being pushed,
 #   -56 the frame (via call).
@@ -220,10 +204,10 @@
     .size \name, .-\name
     .endm
 
-# XRAY_EXIT name, via, kind: the exit trampoline (via exit: jumped to by a patched exit sled in
-#   place of the function's `ret`), the tail-call trampoline (via sled, kind 2: called by a
-#   patched tail sled before the function's tail jump; our `ret` goes back into the sled past
-#   the id, then the jump) and instrfn_xray_handler_exit(entry = %rdi, frame = %rsi) (via call).
+# XRAY_EXIT name, via, kind: the exit trampoline (via exit: called by a patched exit sled in
+#   place of the function's `ret`; our `ret` goes back into the sled, whose `ret` is the
+#   function's), the tail-call trampoline (via sled, kind 2: called by a patched tail sled
+#   before the function's tail jump; our `ret` goes back into the sled, then the jump) and instrfn_xray_handler_exit(entry = %rdi, frame = %rsi) (via call).
 #   Writes the exit event of the newest shadow entry if it is this frame's, then pops it (slot
 #   zeroed: free), as instrfn_x86_64_exit does. Anything else goes to the slow path: frames
 #   above this one to close, no entry for this frame (a function without entry sled records
@@ -231,8 +215,7 @@
 #   its table entry) that finds no entry of its own on top writes its exit here, without
 #   popping; with recording off, such exits (and any exit without its entry on top) return at
 #   once.
-#   Red zone: -8 the sled's return address (via exit; the Rust function at the slow handover),
-#   -16 rcx,
+#   Red zone: -8 the Rust function at the slow handover, -16 rcx,
 #   -24 rdx, -32 rsi, -40 rdi, -48 rax, -56 the frame (via call).
     .macro XRAY_EXIT name, via, kind
     .p2align 4
@@ -241,12 +224,6 @@
     .type \name,@function
 \name:
     .cfi_startproc
-    .ifc \via,exit
-    leaq 8(%rsp), %rsp                      # the sled's return address dropped: now (%rsp) =
-    .endif                                  # the function's return address, the sled's at
-                                            # -8(%rsp). The unwind rule (the default: CFA =
-                                            # %rsp + 8, return address below it) holds before
-                                            # and after: first the sled's, then the caller's.
     XPROLOGUE \via, -48
     movq instrfn_tls@gottpoff(%rip), %rcx
     cmpq $0, %fs:{TLS_GUARD}(%rcx)

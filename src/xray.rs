@@ -76,24 +76,28 @@ const KIND_LOG_ARGS: u8 = 3;
 mod sled {
     //! x86_64 sleds (LLVM's X86MCInstLower, compiler-rt's xray_x86_64.cpp):
     //! entry and tail: `eb 09` (jmp +9) and a 9-byte nop; exit: `c3` (ret) and a 10-byte nop.
-    //! Patched (not compiler-rt's form): entry and tail `a8 09` (test $9, %al: flags only),
-    //! `e8 <rel32>` (call) to the object's stub and the function id (4 bytes, never executed:
-    //! the trampoline reads it behind its return address and returns past it); exit `e8
-    //! <rel32>` in place of the `ret`, then the id. No form moves %rsp before its call, so the
-    //! function's own unwind information stays true at every instruction boundary of the sled
-    //! (an unwinder in a signal handler that lands there reads the right return address; with
-    //! a `push` before the call it read the pushed word: tests/fixtures/c/sweep.c). Everything
-    //! after byte 0 is written first (an entry or tail sled's `jmp +9` skips bytes 2..10, and
-    //! byte 1, the jump's 09, is also the test's immediate; nothing after an exit sled's `ret`
-    //! runs), then byte 0 alone: `eb` -> `a8`, `c3` -> `e8`, a one-byte store, atomic whatever
-    //! copies it. Unpatching writes byte 0 back alone; the rest stays (a thread preempted
-    //! between the `test` and the `call` resumes at the `call`).
+    //! Patched (not compiler-rt's form): entry and tail `a9 <w>` (test $w, %eax: flags only;
+    //! w = (id << 8) | 9), then `e8 <rel32>` (call) to the object's stub and one `90` (nop);
+    //! exit `e8 <rel32>` in place of the `ret`, then `c3` (the `ret`, after the trampoline
+    //! returned into the sled) and the id (4 bytes of data, never executed). The trampolines
+    //! find the id from their return address (entry, tail: in the test's immediate 9 bytes
+    //! before it; exit: 1 byte after it) and return with a plain `ret` into the sled, so every
+    //! call is matched by its return (no return mispredicted). No form moves %rsp before its
+    //! call, so the function's own unwind information stays true at every instruction boundary
+    //! of the sled (a signal handler that walks the stack there reads the right return
+    //! address; with a `push` before the call it read the pushed word:
+    //! tests/fixtures/c/sweep.c). Everything after byte 0 is written first (an entry or tail
+    //! sled's `jmp +9` skips bytes 2..10, and byte 1, the jump's 09, is the test immediate's low
+    //! byte; nothing after an exit sled's `ret` runs), then byte 0 alone: `eb` -> `a9`, `c3` ->
+    //! `e8`, a one-byte store, atomic whatever copies it. Unpatching writes byte 0 back alone;
+    //! the rest stays (a thread preempted between the `test` and the `call` resumes at the
+    //! `call`).
     pub const SUPPORTED: bool = true;
     pub const BYTES: usize = 11;
     /// Bytes written last, with one store: the one byte that decides which form runs.
     pub const HEAD: usize = 1;
-    /// The highest function id a patched sled carries (the table is indexed by it; objects
-    /// with more functions are refused).
+    /// The highest function id a patched sled can carry (24 bits above the test immediate's
+    /// low byte; objects with more functions are refused).
     pub const MAX_ID: u32 = (1 << 24) - 1;
     /// The first byte of the part written before the head: bytes HEAD..rest(kind) are the same
     /// in both forms (an entry or tail sled's 09).
@@ -128,19 +132,19 @@ mod sled {
             return None;
         }
         let exit = kind == super::KIND_EXIT;
-        let call = if exit { 0 } else { 2 }; // where the call is
-        let next = at + call + 5; // after it: the return address, where the id is
-        let rel = (stub as i64).wrapping_sub(next as i64);
+        let call = if exit { 0 } else { 5 }; // where the call is
+        let rel = (stub as i64).wrapping_sub((at + call + 5) as i64);
         let rel: i32 = rel.try_into().ok()?;
-        // The bytes after the id (2 in an exit sled) keep the nop they had: never executed.
         let mut p = [0x90u8; BYTES];
-        if !exit {
-            p[0] = 0xa8;
-            p[1] = 0x09;
-        }
         p[call] = 0xe8;
         p[call + 1..call + 5].copy_from_slice(&rel.to_le_bytes());
-        p[call + 5..call + 9].copy_from_slice(&id.to_le_bytes());
+        if exit {
+            p[5] = 0xc3;
+            p[6..10].copy_from_slice(&id.to_le_bytes());
+        } else {
+            p[0] = 0xa9;
+            p[1..5].copy_from_slice(&((id << 8) | 0x09).to_le_bytes());
+        }
         Some(p)
     }
 
@@ -185,10 +189,10 @@ mod sled {
             let at = 0x10_0000;
             let stub = at + 0x1000;
             let e = patched(super::super::KIND_ENTRY, 0x123456, at, stub).unwrap();
-            let rel = (stub - at - 7) as u32;
-            let mut want = vec![0xa8, 0x09, 0xe8];
+            let rel = (stub - at - 10) as u32;
+            let mut want = vec![0xa9, 0x09, 0x56, 0x34, 0x12, 0xe8];
             want.extend_from_slice(&rel.to_le_bytes());
-            want.extend_from_slice(&[0x56, 0x34, 0x12, 0]);
+            want.push(0x90);
             assert_eq!(e.to_vec(), want);
             // Byte 1 is the entry sled's own 09: only bytes 2.. and then byte 0 are written.
             assert_eq!(rest(super::super::KIND_ENTRY), 2);
@@ -196,10 +200,10 @@ mod sled {
             let rel = (stub - at - 5) as u32;
             let mut want = vec![0xe8];
             want.extend_from_slice(&rel.to_le_bytes());
-            want.extend_from_slice(&[1, 0, 0, 0, 0x90, 0x90]);
+            want.extend_from_slice(&[0xc3, 1, 0, 0, 0, 0x90]);
             assert_eq!(x.to_vec(), want);
             assert_eq!(rest(super::super::KIND_EXIT), 1);
-            assert!(patched(super::super::KIND_ENTRY, MAX_ID, at, stub).is_some());
+            assert!(patched(super::super::KIND_ENTRY, MAX_ID, at, stub).unwrap()[4] == 0xff);
             assert!(patched(super::super::KIND_ENTRY, MAX_ID + 1, at, stub).is_none());
             assert!(patched(super::super::KIND_ENTRY, 1, at, at + (3 << 30)).is_none());
         }

@@ -223,9 +223,10 @@ fn filters_choose_what_is_patched() {
             "{route:?}: work_b's sled was touched"
         );
         for f in ["work_a", "worker"] {
-            // test $9, %al; call <stub>: the jump's `eb` flipped to `a8`, its `09` kept
+            // test $((id << 8) | 9), %eax; call <stub>: the jump's `eb` flipped to `a9`, its
+            // `09` kept
             assert!(
-                code[f].starts_with("a809e8"),
+                code[f].starts_with("a909"),
                 "{route:?}: {f} unpatched: {}",
                 code[f]
             );
@@ -291,7 +292,7 @@ fn recording_off_with_sleds_patched() {
         );
         let code = code_bytes(&out);
         for f in ["work_a", "work_b", "worker"] {
-            assert!(code[f].starts_with("a809e8"), "{route:?}: {f}: {}", code[f]);
+            assert!(code[f].starts_with("a909"), "{route:?}: {f}: {}", code[f]);
         }
         if let Route::Record = route {
             assert!(
@@ -656,7 +657,7 @@ fn registers_survive_patched_sleds() {
             };
             let text = stdout_of(&out);
             // Stopped: the entry sled's first byte is the original jump's again, the rest stays
-            // as patched (test $9, %al; call <stub>; the id, 1); started: the test again.
+            // as patched (test $((1 << 8) | 9), %eax; call <stub>; nop); started: the test again.
             // (INSTRFN_XRAY_STOP=pause: patched throughout.)
             let (stopped, started) = (
                 labelled_line(&text, "stopped ", &context),
@@ -665,11 +666,11 @@ fn registers_survive_patched_sleds() {
             if setting.0 == "INSTRFN_XRAY_STOP" {
                 assert_eq!(stopped, started, "{context}: {text}");
             } else {
-                assert!(stopped.starts_with("eb09e8"), "{context}: {text}");
+                assert!(stopped.starts_with("eb09010000e8"), "{context}: {text}");
             }
-            assert!(started.starts_with("a809e8"), "{context}: {text}");
+            assert!(started.starts_with("a909010000e8"), "{context}: {text}");
             assert_eq!(stopped[2..], started[2..], "{context}: {text}");
-            assert!(started.ends_with("01000000"), "{context}: {text}");
+            assert!(started.ends_with("90"), "{context}: {text}");
             assert!(text.ends_with("ok 3007 3007 3007\n"), "{context}: {text}");
             assert_regs_counts(&trace, CALLS, setting, &context);
         }
