@@ -714,9 +714,6 @@ fn riscv64_trace_survives_a_traced_handler_at_every_instruction() {
         ("INSTRFN_MIN_DURATION", "10s"),
         ("INSTRFN_MAX_DEPTH", "4"),
     ];
-    bpsweep_rounds(
-        ARCH,
-        &dir,
-        &[("1", true, &[]), ("40", true, small), ("40", true, short)],
-    );
+    let rounds: [SweepRound; 3] = [("1", true, &[]), ("40", true, small), ("40", true, short)];
+    bpsweep_rounds(ARCH, &dir, false, &rounds);
 }

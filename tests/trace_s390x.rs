@@ -861,9 +861,6 @@ fn s390x_trace_survives_a_traced_handler_at_every_instruction() {
         ("INSTRFN_MIN_DURATION", "10s"),
         ("INSTRFN_MAX_DEPTH", "4"),
     ];
-    bpsweep_rounds(
-        S390X,
-        &dir,
-        &[("1", true, &[]), ("40", true, small), ("40", true, short)],
-    );
+    let rounds: [SweepRound; 3] = [("1", true, &[]), ("40", true, small), ("40", true, short)];
+    bpsweep_rounds(S390X, &dir, false, &rounds);
 }

@@ -1326,41 +1326,63 @@ pub fn build_exit_window(arch: Arch, dir: &Path) -> PathBuf {
     link_runtime(arch, dir, &obj, &[], "exit_window", Runtime::Static)
 }
 
-/// tests/fixtures/c/bpsweep.c for `arch` (aarch64, riscv64, s390x), built -O2 -pg and linked
-/// with libinstrfn.a in `dir`, run under qemu over every instruction of the trace fast paths
-/// (`_mcount`, `mcount`, `instrfn_<arch>_mcount`, the exit trampoline up to its slow part, as
-/// the linked program's disassembly lists them), for each `(rounds, walk, environment)`: the
-/// program ends normally, most instructions were reached, and the trace holds every call
-/// exactly, as an entry and its exit, an entry without exit, or counted as left out.
 /// One round of sweep.c or bpsweep.c: its ROUNDS argument, whether its handlers walk the
 /// stack, extra environment.
 pub type SweepRound<'a> = (&'a str, bool, &'a [(&'a str, &'a str)]);
 
-pub fn bpsweep_rounds(arch: Arch, dir: &Path, rounds: &[SweepRound]) {
+/// tests/fixtures/c/bpsweep.c for `arch` (aarch64, riscv64, s390x), built -O2 -pg (or with
+/// `xray`, clang -fxray-instrument, its sleds patched natively by the runtime) and linked with
+/// libinstrfn.a in `dir`, run under qemu over every instruction of the trace fast paths
+/// (`_mcount`, `mcount`, `instrfn_<arch>_mcount`, the exit trampoline up to its slow part; with
+/// `xray` the traced function's patched sleds and the XRay entry and exit trampolines; as the
+/// linked program's disassembly lists them), for each `(rounds, walk, environment)`: the
+/// program ends normally, most instructions were reached, and the trace holds every call
+/// exactly, as an entry and its exit, an entry without exit, or counted as left out.
+pub fn bpsweep_rounds(arch: Arch, dir: &Path, xray: bool, rounds: &[SweepRound]) {
     let obj = dir.join("bpsweep.o");
     let source = fixture("c/bpsweep.c");
-    let args: Vec<&OsStr> = vec![
-        OsStr::new("-O2"),
-        OsStr::new("-pg"),
-        OsStr::new("-c"),
-        source.as_os_str(),
-    ];
-    cc(arch, &args, &obj);
+    if xray {
+        require_tool("clang");
+        let target = format!("--target={}", arch.cc.trim_end_matches("-gcc"));
+        run_ok(
+            Command::new("clang")
+                .arg(target)
+                .args(["-O2", "-fxray-instrument", "-fxray-instruction-threshold=1"])
+                .args(["-Wno-unknown-attributes", "-c"])
+                .arg(&source)
+                .arg("-o")
+                .arg(&obj),
+        );
+    } else {
+        let args: Vec<&OsStr> = vec![
+            OsStr::new("-O2"),
+            OsStr::new("-pg"),
+            OsStr::new("-c"),
+            source.as_os_str(),
+        ];
+        cc(arch, &args, &obj);
+    }
     let exe = link_runtime(arch, dir, &obj, &[], "bpsweep", Runtime::Static);
     let objdump = arch.cc.replace("gcc", "objdump");
     require_tool(&objdump);
     let listing = run_ok(Command::new(&objdump).arg("-d").arg(&exe));
     let listing = String::from_utf8_lossy(&listing.stdout).into_owned();
     let base_name = format!("instrfn_{}_exit", arch.name);
-    let swept: Vec<String> = ["_mcount", "mcount"]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([
+    let swept: Vec<String> = if xray {
+        vec![
+            "stepped".to_string(),
+            format!("instrfn_{}_xray_entry", arch.name),
+            format!("instrfn_{}_xray_exit", arch.name),
+        ]
+    } else {
+        vec![
+            "_mcount".to_string(),
+            "mcount".to_string(),
             format!("instrfn_{}_mcount", arch.name),
             base_name.clone(),
             format!("instrfn_{}_exit_take_back", arch.name),
-        ])
-        .collect();
+        ]
+    };
     let (mut base, mut current, mut addrs) = (None, String::new(), Vec::new());
     for line in listing.lines() {
         if let Some((addr, rest)) = line.split_once(" <")
@@ -1381,6 +1403,8 @@ pub fn bpsweep_rounds(arch: Arch, dir: &Path, rounds: &[SweepRound]) {
     }
     let base = base.unwrap_or_else(|| panic!("{base_name} not in the disassembly"));
     assert!(addrs.len() > 100, "{} instructions found", addrs.len());
+    // (bpsweep.c's main is not instrumented when built for XRay.)
+    let main_calls = u64::from(!xray);
     let list = dir.join("offsets");
     let text: String = addrs
         .iter()
@@ -1424,7 +1448,7 @@ pub fn bpsweep_rounds(arch: Arch, dir: &Path, rounds: &[SweepRound]) {
         assert_eq!(procs[0].lost, 0, "{context}");
         let left_out = extra.iter().any(|(k, _)| *k == "INSTRFN_MIN_DURATION");
         let mut recorded = 0;
-        for (f, made) in [("deep", deep), ("stepped", stepped), ("main", 1)] {
+        for (f, made) in [("deep", deep), ("stepped", stepped), ("main", main_calls)] {
             let (entries, exits, noexit) = (
                 count_of(&counts, "entry", f),
                 count_of(&counts, "exit", f),
@@ -1439,7 +1463,7 @@ pub fn bpsweep_rounds(arch: Arch, dir: &Path, rounds: &[SweepRound]) {
         let dropped = meta_dropped(&trace);
         assert_eq!(
             recorded + dropped,
-            deep + stepped + 1,
+            deep + stepped + main_calls,
             "{context}: {recorded} recorded, {dropped} dropped: {counts:?}"
         );
     }
