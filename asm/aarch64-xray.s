@@ -5,20 +5,24 @@
 // global_asm! block after asm/aarch64.s, whose operands and macros (TLS_ADDR, TRACE_EVENT,
 // SHADOW_RESERVE, SHADOW_RELEASE) this file uses: its header lists the operands.
 //
-// A patched sled (src/xray.rs): nop ; stp x0, x30, [sp, #-16]! ; movz w17, #id_lo ;
-// movk w17, #id_hi, lsl #16 ; bl <stub> ; ldp x0, x30, [sp], #16 ; nop ; nop. The stub loads
-// the object's id -> address table into x0 and branches here. So on entry: x0 = table, w17 =
-// id (x17 zero-extended), x16 = the trampoline, x30 = the sled's ldp (we return there), sp =
-// the function's sp minus the sled's 16 bytes. The frame is identified by the function's sp at
+// A patched sled (src/xray.rs): nop ; mov x16, x30 ; movz w17, #id_lo ; movk w17, #id_hi,
+// lsl #16 ; bl <stub> ; bti j ; nop ; nop. The stub saves x0 and x16 (the function's x30)
+// below sp (stp x0, x16, [sp, #-16]!), loads the object's id -> address table into x0 and
+// branches here. So on entry: x0 = table, w17 = id (x17 zero-extended), x16 = the
+// trampoline, x30 = the sled's `bti j` (we go back there), sp = the function's sp minus the
+// stub's 16 bytes, which hold its x0 and x30. Every way out (XRAY_RET) puts x0, x30 and sp
+// back and branches to the `bti j` with `br x16`: no instruction of the sled itself moves sp
+// or loses x30, so the function's unwind information holds at each of them (the sled form
+// before pushed the pair in the sled and popped it after the return: an unwinder that started
+// there computed the function's frame 16 bytes off). The frame is identified by the function's sp at
 // the sled (sp + 16 here): the same at its entry sled and at its exit and tail sleds (after
 // the epilogue), lower for every frame it calls. Table entries are the function's address,
 // bit 63 set for a function without entry sled (EXITS_ONLY), bit 62 for one without exit sled
 // (NO_EXIT).
 //
 // Register contract. In: as above. Out: every register as the sled had it but x16 and x17
-// (IP0/IP1, which the stub's `br x16` and any veneer may clobber too) and NZCV: x0 and x30
-// come back as they were only through the sled's own ldp (here x0 is the table and x30 the
-// return address; the trampolines return with `ret`). x1-x15, x18-x29, sp, all FP/SIMD/SVE
+// (IP0/IP1, which the stub's `br x16` and any veneer may clobber too) and NZCV; x0 and x30
+// are put back from the stub's pair on every way out. x1-x15, x18-x29, sp, all FP/SIMD/SVE
 // state, FPCR and FPSR are preserved — x9-x15 too, although caller-saved: a sled is not a call
 // boundary for the function it is in. NZCV is not: no sled is where flags are live (the entry
 // sled is the function's first instruction, the exit sled stands where its `ret` was, the tail
@@ -59,9 +63,10 @@
 //   instructions early: far less than what separates two events of a thread), before the
 //   event is reserved.
 // Slow path handover: x16 = instrfn_xray_slow, x0 = the frame | kind (0 entry, 1 exit, 2 tail),
-// x17 = the table entry, everything else as the sled had it (x1-x6 popped again), then `b
-// instrfn_aarch64_slow`, which calls instrfn_xray_slow(&Tls, frame | kind, entry) and returns
-// to the sled (instrfn_xray_slow returns 0: x30 as it came).
+// x17 = the table entry, everything else as the sled had it (x1-x6 popped again) but x30, the
+// return into the sled, kept on the stack across `bl instrfn_aarch64_slow`, which calls
+// instrfn_xray_slow(&Tls, frame | kind, entry) and returns here (instrfn_xray_slow returns 0:
+// x30 as it came); then out as always (XRAY_RET).
 //
 // Unwind info: the trampolines describe the sled's caller, the instrumented function, as
 // already returned: CFA = the function's sp at the sled (it has no frame there: before its
@@ -70,8 +75,8 @@
 // the function's caller, with the right sp and registers: x30, the return address column,
 // gives the function's return address, so the function itself is left out. (Describing it
 // too would need the trampoline's return address, in x30, and the function's, at CFA - 8, in
-// two columns. The slow routine's own unwind info leads back to the sled's ldp with the
-// function's sp 16 bytes off, as before.)
+// two columns. The slow routine's own unwind info leads back into the trampoline, whose rule
+// there counts the word it keeps x30 in.)
 //
 // Executed (qemu-aarch64 -singlestep -d exec,nochain, the register harness
 // tests/fixtures/xray/regs_aarch64.S, recording on): the entry trampoline's fast path 57
@@ -126,9 +131,21 @@
     .cfi_restore x6
     .endm
 
-// XRAY_SLOW kind: pops and continues in instrfn_xray_slow through instrfn_aarch64_slow, which
-//   returns into the sled.
-    .macro XRAY_SLOW kind
+// XRAY_RET: out of a trampoline, sp as XRAY_IN found it: x0, x30 and sp put back as the sled
+//   had them, then to the sled's `bti j` (x30 now, kept in x16). For an unwinder the function
+//   has then returned already (x30 is its return address), as everywhere in the trampolines.
+    .macro XRAY_RET
+    mov     x16, x30
+    ldp     x0, x30, [sp], #16
+    .cfi_def_cfa_offset 0
+    .cfi_restore x0
+    .cfi_restore x30
+    br      x16
+    .endm
+
+// XRAY_SLOW kind, out: pops and calls instrfn_xray_slow through instrfn_aarch64_slow, then
+//   leaves through `out` (an XRAY_RET), x30 kept on the stack across the call.
+    .macro XRAY_SLOW kind, out
     XRAY_POP
     add     x0, sp, #16                     // the frame
     .if \kind != 0
@@ -136,7 +153,12 @@
     .endif
     adrp    x16, instrfn_xray_slow
     add     x16, x16, #:lo12:instrfn_xray_slow
-    b       instrfn_aarch64_slow            // x16 = fn, x0 / x17 its second and third args
+    str     x30, [sp, #-16]!                // the return into the sled
+    .cfi_def_cfa_offset 32
+    bl      instrfn_aarch64_slow            // x16 = fn, x0 / x17 its second and third args
+    ldr     x30, [sp], #16
+    .cfi_def_cfa_offset 16
+    b       \out
     .endm
 
 // XRAY_EVENT again, kind, value, full: reads the timestamp, reserves an event (TRACE_EVENT:
@@ -185,7 +207,7 @@ instrfn_aarch64_xray_entry:
     .cfi_remember_state
     XRAY_POP
 .Lxe_out:
-    ret
+    XRAY_RET
     .cfi_restore_state
 .Lxe_noexit:
     XRAY_EVENT 4, {EV_NOEXIT}, x17, .Lxe_slow
@@ -197,7 +219,7 @@ instrfn_aarch64_xray_entry:
     add     x3, x0, #{TLS_SHADOW_TOP}       // give the shadow entry back (slot still 0)
     SHADOW_RELEASE 5, x3, x4, w16
 .Lxe_slow:
-    XRAY_SLOW 0
+    XRAY_SLOW 0, .Lxe_out
     .cfi_endproc
     .size instrfn_aarch64_xray_entry, .-instrfn_aarch64_xray_entry
 
@@ -233,7 +255,7 @@ instrfn_aarch64_xray_\name:
     .cfi_remember_state
     XRAY_POP
 .Lx_out_\name:
-    ret
+    XRAY_RET
     .cfi_restore_state
 .Lx_none_\name:
     // No entry of this frame on top. Recording off: nothing to do. A function without entry
@@ -245,7 +267,7 @@ instrfn_aarch64_xray_\name:
     XRAY_EVENT 2, {EV_EXIT}, x17, .Lx_slow_\name
     b       .Lx_ret_\name
 .Lx_slow_\name:
-    XRAY_SLOW \kind
+    XRAY_SLOW \kind, .Lx_out_\name
     .cfi_endproc
     .size instrfn_aarch64_xray_\name, .-instrfn_aarch64_xray_\name
     .endm

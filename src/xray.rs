@@ -215,10 +215,15 @@ mod sled {
     //! aarch64 sleds (LLVM's AArch64AsmPrinter, compiler-rt's xray_AArch64.cpp): `b #32` and
     //! 7 nops, for entry, exit (before the `ret`) and tail call (before the `b`) alike. Patched
     //! (not compiler-rt's form, whose first instruction becomes an `stp`):
-    //!   nop ; stp x0, x30, [sp, #-16]! ; movz w17, #id_lo ; movk w17, #id_hi, lsl #16 ;
-    //!   bl <stub> ; ldp x0, x30, [sp], #16 ; nop ; nop
-    //! where the stub, on a page within the `bl`'s ±128 MiB, loads the object's table into x0
-    //! (saved by the sled) and branches to the trampoline, which returns to the `ldp`. Words
+    //!   nop ; mov x16, x30 ; movz w17, #id_lo ; movk w17, #id_hi, lsl #16 ; bl <stub> ;
+    //!   bti j ; nop ; nop
+    //! where the stub, on a page within the `bl`'s ±128 MiB, saves x0 and the function's x30
+    //! (in x16) below sp, loads the object's table into x0 and branches to the trampoline, which
+    //! puts x0, x30 and sp back itself and branches (`br x16`) to the `bti j` (a landing pad
+    //! where BTI is on, a nop elsewhere). No instruction of the sled moves sp or loses x30, so
+    //! the function's own unwind information holds at each of them (compiler-rt's form, and
+    //! this one before, pushed the pair in the sled: an unwinder that started between the push
+    //! and the pop computed the function's frame 16 bytes off). Words
     //! 1..7 are written first (the original `b #32` skips them), then word 0 alone: `b #32` <->
     //! `nop`, the one store unpatching makes too. B and NOP are among the instructions the
     //! architecture lets one thread replace with each other while another executes them (Arm
@@ -258,11 +263,11 @@ mod sled {
         }
         let words = [
             NOP,
-            0xa9bf_7be0,                                    // stp x0, x30, [sp, #-16]!
+            0xaa1e_03f0,                                    // mov x16, x30
             0x5280_0011 | ((id & 0xffff) << 5),             // movz w17, #lo
             0x72a0_0011 | ((id >> 16) << 5),                // movk w17, #hi, lsl #16
             0x9400_0000 | ((off >> 2) as u32 & 0x3ff_ffff), // bl stub
-            0xa8c1_7be0,                                    // ldp x0, x30, [sp], #16
+            0xd503_249f,                                    // bti j
             NOP,
             NOP,
         ];
@@ -286,13 +291,15 @@ mod sled {
 
     pub const STUB_BYTES: usize = 32;
 
-    /// `ldr x0, #16 (table) ; ldr x16, #20 (trampoline) ; br x16`, the two literals after it.
+    /// `stp x0, x16, [sp, #-16]! ; ldr x0, #12 (table) ; ldr x16, #16 (trampoline) ; br x16`,
+    /// the two literals after it. (No unwind information covers it: an unwinder that starts
+    /// here stops.)
     pub fn stub(table: usize, target: usize) -> [u8; STUB_BYTES] {
         let mut s = [0u8; STUB_BYTES];
-        s[0..4].copy_from_slice(&0x5800_0080u32.to_le_bytes());
-        s[4..8].copy_from_slice(&0x5800_00b0u32.to_le_bytes());
-        s[8..12].copy_from_slice(&0xd61f_0200u32.to_le_bytes());
-        s[12..16].copy_from_slice(&0xd420_0000u32.to_le_bytes()); // brk #0
+        s[0..4].copy_from_slice(&0xa9bf_43e0u32.to_le_bytes());
+        s[4..8].copy_from_slice(&0x5800_0060u32.to_le_bytes());
+        s[8..12].copy_from_slice(&0x5800_0090u32.to_le_bytes());
+        s[12..16].copy_from_slice(&0xd61f_0200u32.to_le_bytes());
         s[16..24].copy_from_slice(&(table as u64).to_le_bytes());
         s[24..32].copy_from_slice(&(target as u64).to_le_bytes());
         s

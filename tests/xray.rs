@@ -783,10 +783,10 @@ fn aarch64_sleds_patched_under_qemu() {
     let code = code_bytes(&out);
     assert_eq!(code["work_b"], plain_bytes["work_b"]);
     assert_eq!(code["worker"], plain_bytes["worker"]);
-    // nop (the head, flipped from `b #32` last), then stp x0, x30, [sp, #-16]!
+    // nop (the head, flipped from `b #32` last), then mov x16, x30
     assert!(
-        code["work_a"].starts_with("1f2003d5e07bbfa9"),
-        "nop; stp x0, x30: {code:?}"
+        code["work_a"].starts_with("1f2003d5f0031eaa"),
+        "nop; mov x16, x30: {code:?}"
     );
     let (rows, _) = report(&trace);
     assert_eq!(rows.keys().collect::<Vec<_>>(), ["xray_app::work_a"]);
@@ -840,8 +840,8 @@ fn aarch64_registers_survive_patched_sleds_under_qemu() {
             };
             let text = stdout_of(&out);
             // xf's entry sled, 32 bytes: stopped, its head is `b #32` again and the rest as
-            // patched (stp x0, x30, [sp, #-16]!; movz w17, #1; movk w17, #0, lsl #16;
-            // bl <stub>; ldp x0, x30, [sp], #16; nop; nop); started, the head is a nop again.
+            // patched (mov x16, x30; movz w17, #1; movk w17, #0, lsl #16; bl <stub>; bti j;
+            // nop; nop); started, the head is a nop again.
             // (INSTRFN_XRAY_STOP=pause: patched throughout.)
             let (stopped, started) = (
                 labelled_line(&text, "stopped ", &context),
@@ -853,12 +853,12 @@ fn aarch64_registers_survive_patched_sleds_under_qemu() {
                 assert!(stopped.starts_with("08000014"), "{context}: {text}");
             }
             assert!(
-                started.starts_with("1f2003d5e07bbfa9310080521100a072"),
+                started.starts_with("1f2003d5f0031eaa310080521100a072"),
                 "{context}: {text}"
             );
             assert_eq!(stopped[8..], started[8..], "{context}: {text}");
             assert!(
-                started.ends_with("e07bc1a81f2003d51f2003d5"),
+                started.ends_with("9f2403d51f2003d51f2003d5"),
                 "{context}: {text}"
             );
             assert!(text.ends_with("ok 3007 3007 3007\n"), "{context}: {text}");
