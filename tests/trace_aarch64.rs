@@ -655,9 +655,8 @@ fn aarch64_trace_survives_a_traced_handler_at_every_instruction() {
     let rounds: [SweepRound; 3] = [("1", true, &[]), ("40", true, small), ("40", true, short)];
     bpsweep_rounds(AARCH64, &dir, false, &rounds);
     // The same over natively patched XRay sleds (clang -fxray-instrument, the runtime linked
-    // in): the traced function's sleds and the XRay trampolines. (aarch64's patched sled moves
-    // sp for three of its instructions, as compiler-rt's form does; here no unwinder that
-    // starts there crashes, and every call is still recorded exactly.)
+    // in): the traced function's sleds and the XRay trampolines (whose ways out put x0, x30
+    // and sp back before they branch into the sled).
     let dir = workdir("aarch64-trace-bpsweep-xray");
     bpsweep_rounds(AARCH64, &dir, true, &rounds[..2]);
 }
