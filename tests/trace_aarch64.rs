@@ -653,10 +653,14 @@ fn aarch64_trace_survives_a_traced_handler_at_every_instruction() {
         ("INSTRFN_MAX_DEPTH", "4"),
     ];
     let rounds: [SweepRound; 3] = [("1", true, &[]), ("40", true, small), ("40", true, short)];
-    bpsweep_rounds(AARCH64, &dir, false, &rounds);
+    bpsweep_rounds(AARCH64, &dir, Sweep::Mcount, &rounds);
+    // And over -finstrument-functions' hooks (no INSTRFN_MIN_DURATION there: they record every
+    // call).
+    let dir = workdir("aarch64-trace-bpsweep-cyg");
+    bpsweep_rounds(AARCH64, &dir, Sweep::Cyg, &rounds[..2]);
     // The same over natively patched XRay sleds (clang -fxray-instrument, the runtime linked
     // in): the traced function's sleds and the XRay trampolines (whose ways out put x0, x30
     // and sp back before they branch into the sled).
     let dir = workdir("aarch64-trace-bpsweep-xray");
-    bpsweep_rounds(AARCH64, &dir, true, &rounds[..2]);
+    bpsweep_rounds(AARCH64, &dir, Sweep::Xray, &rounds[..2]);
 }

@@ -715,5 +715,9 @@ fn riscv64_trace_survives_a_traced_handler_at_every_instruction() {
         ("INSTRFN_MAX_DEPTH", "4"),
     ];
     let rounds: [SweepRound; 3] = [("1", true, &[]), ("40", true, small), ("40", true, short)];
-    bpsweep_rounds(ARCH, &dir, false, &rounds);
+    bpsweep_rounds(ARCH, &dir, Sweep::Mcount, &rounds);
+    // And over -finstrument-functions' hooks (no INSTRFN_MIN_DURATION there: they record every
+    // call).
+    let dir = workdir("riscv64-trace-bpsweep-cyg");
+    bpsweep_rounds(ARCH, &dir, Sweep::Cyg, &rounds[..2]);
 }

@@ -862,5 +862,9 @@ fn s390x_trace_survives_a_traced_handler_at_every_instruction() {
         ("INSTRFN_MAX_DEPTH", "4"),
     ];
     let rounds: [SweepRound; 3] = [("1", true, &[]), ("40", true, small), ("40", true, short)];
-    bpsweep_rounds(S390X, &dir, false, &rounds);
+    bpsweep_rounds(S390X, &dir, Sweep::Mcount, &rounds);
+    // And over -finstrument-functions' hooks (no INSTRFN_MIN_DURATION there: they record every
+    // call).
+    let dir = workdir("s390x-trace-bpsweep-cyg");
+    bpsweep_rounds(S390X, &dir, Sweep::Cyg, &rounds[..2]);
 }

@@ -1330,17 +1330,29 @@ pub fn build_exit_window(arch: Arch, dir: &Path) -> PathBuf {
 /// stack, extra environment.
 pub type SweepRound<'a> = (&'a str, bool, &'a [(&'a str, &'a str)]);
 
-/// tests/fixtures/c/bpsweep.c for `arch` (aarch64, riscv64, s390x), built -O2 -pg (or with
-/// `xray`, clang -fxray-instrument, its sleds patched natively by the runtime) and linked with
-/// libinstrfn.a in `dir`, run under qemu over every instruction of the trace fast paths
-/// (`_mcount`, `mcount`, `instrfn_<arch>_mcount`, the exit trampoline up to its slow part; with
-/// `xray` the traced function's patched sleds and the XRay entry and exit trampolines; as the
-/// linked program's disassembly lists them), for each `(rounds, walk, environment)`: the
-/// program ends normally, most instructions were reached, and the trace holds every call
-/// exactly, as an entry and its exit, an entry without exit, or counted as left out.
-pub fn bpsweep_rounds(arch: Arch, dir: &Path, xray: bool, rounds: &[SweepRound]) {
+/// How bpsweep.c is instrumented, and which code it sweeps.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub enum Sweep {
+    /// gcc -pg: `_mcount`, `mcount`, `instrfn_<arch>_mcount`, the exit trampoline up to its
+    /// slow part.
+    Mcount,
+    /// gcc -finstrument-functions: the two hooks and the runtime's routines behind them.
+    Cyg,
+    /// clang -fxray-instrument, sleds patched natively: the traced function's sleds and the
+    /// XRay entry and exit trampolines.
+    Xray,
+}
+
+/// tests/fixtures/c/bpsweep.c for `arch` (aarch64, riscv64, s390x), built as `how` says and
+/// linked with libinstrfn.a in `dir`, run under qemu over every instruction of the code `how`
+/// names (as the linked program's disassembly lists it), for each `(rounds, walk,
+/// environment)`: the program ends normally, most instructions were reached, and the trace
+/// holds every call exactly, as an entry and its exit, an entry without exit, or counted as
+/// left out.
+pub fn bpsweep_rounds(arch: Arch, dir: &Path, how: Sweep, rounds: &[SweepRound]) {
     let obj = dir.join("bpsweep.o");
     let source = fixture("c/bpsweep.c");
+    let xray = how == Sweep::Xray;
     if xray {
         require_tool("clang");
         let target = format!("--target={}", arch.cc.trim_end_matches("-gcc"));
@@ -1354,9 +1366,14 @@ pub fn bpsweep_rounds(arch: Arch, dir: &Path, xray: bool, rounds: &[SweepRound])
                 .arg(&obj),
         );
     } else {
+        let flag = if how == Sweep::Cyg {
+            "-finstrument-functions"
+        } else {
+            "-pg"
+        };
         let args: Vec<&OsStr> = vec![
             OsStr::new("-O2"),
-            OsStr::new("-pg"),
+            OsStr::new(flag),
             OsStr::new("-c"),
             source.as_os_str(),
         ];
@@ -1368,20 +1385,28 @@ pub fn bpsweep_rounds(arch: Arch, dir: &Path, xray: bool, rounds: &[SweepRound])
     let listing = run_ok(Command::new(&objdump).arg("-d").arg(&exe));
     let listing = String::from_utf8_lossy(&listing.stdout).into_owned();
     let base_name = format!("instrfn_{}_exit", arch.name);
-    let swept: Vec<String> = if xray {
-        vec![
+    let a = arch.name;
+    let swept: Vec<String> = match how {
+        Sweep::Xray => vec![
             "stepped".to_string(),
-            format!("instrfn_{}_xray_entry", arch.name),
-            format!("instrfn_{}_xray_exit", arch.name),
-        ]
-    } else {
-        vec![
+            format!("instrfn_{a}_xray_entry"),
+            format!("instrfn_{a}_xray_exit"),
+        ],
+        Sweep::Cyg => vec![
+            "__cyg_profile_func_enter".to_string(),
+            "__cyg_profile_func_exit".to_string(),
+            format!("instrfn_{a}_cyg_enter"),
+            format!("instrfn_{a}_cyg_exit"),
+            // (Not riscv64's instrfn_riscv64_cyg_trace_enter/exit: the slow routine calls
+            // them with signals blocked, where a breakpoint's trap would kill the process.)
+        ],
+        Sweep::Mcount => vec![
             "_mcount".to_string(),
             "mcount".to_string(),
-            format!("instrfn_{}_mcount", arch.name),
+            format!("instrfn_{a}_mcount"),
             base_name.clone(),
-            format!("instrfn_{}_exit_take_back", arch.name),
-        ]
+            format!("instrfn_{a}_exit_take_back"),
+        ],
     };
     let (mut base, mut current, mut addrs) = (None, String::new(), Vec::new());
     for line in listing.lines() {
@@ -1402,7 +1427,7 @@ pub fn bpsweep_rounds(arch: Arch, dir: &Path, xray: bool, rounds: &[SweepRound])
         }
     }
     let base = base.unwrap_or_else(|| panic!("{base_name} not in the disassembly"));
-    assert!(addrs.len() > 100, "{} instructions found", addrs.len());
+    assert!(addrs.len() > 50, "{} instructions found", addrs.len());
     // (bpsweep.c's main is not instrumented when built for XRay.)
     let main_calls = u64::from(!xray);
     let list = dir.join("offsets");
@@ -1441,7 +1466,7 @@ pub fn bpsweep_rounds(arch: Arch, dir: &Path, xray: bool, rounds: &[SweepRound])
             panic!("{context}: {text}")
         };
         assert_eq!(handled + missed, n, "{context}: {text}");
-        assert!(handled >= 40, "{context}: {text}");
+        assert!(handled >= 30, "{context}: {text}");
         assert_eq!(stepped, n + 1, "{context}: {text}");
         let procs = instrfn_dump(&trace);
         let counts = assert_balanced(&procs[0], &context);
