@@ -867,4 +867,7 @@ fn s390x_trace_survives_a_traced_handler_at_every_instruction() {
     // call).
     let dir = workdir("s390x-trace-bpsweep-cyg");
     bpsweep_rounds(S390X, &dir, Sweep::Cyg, &rounds[..2]);
+    // And over -pg -mfentry code: __fentry__'s fast path and the exit trampoline.
+    let dir = workdir("s390x-trace-bpsweep-fentry");
+    bpsweep_rounds(S390X, &dir, Sweep::Fentry, &rounds);
 }

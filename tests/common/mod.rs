@@ -1336,6 +1336,8 @@ pub enum Sweep {
     /// gcc -pg: `_mcount`, `mcount`, `instrfn_<arch>_mcount`, the exit trampoline up to its
     /// slow part.
     Mcount,
+    /// gcc -pg -mfentry (s390x): `__fentry__`, `instrfn_<arch>_fentry`, the exit trampoline.
+    Fentry,
     /// gcc -finstrument-functions: the two hooks and the runtime's routines behind them.
     Cyg,
     /// clang -fxray-instrument, sleds patched natively: the traced function's sleds and the
@@ -1366,17 +1368,14 @@ pub fn bpsweep_rounds(arch: Arch, dir: &Path, how: Sweep, rounds: &[SweepRound])
                 .arg(&obj),
         );
     } else {
-        let flag = if how == Sweep::Cyg {
-            "-finstrument-functions"
-        } else {
-            "-pg"
+        let flags: &[&str] = match how {
+            Sweep::Cyg => &["-finstrument-functions"],
+            Sweep::Fentry => &["-pg", "-mfentry"],
+            _ => &["-pg"],
         };
-        let args: Vec<&OsStr> = vec![
-            OsStr::new("-O2"),
-            OsStr::new(flag),
-            OsStr::new("-c"),
-            source.as_os_str(),
-        ];
+        let mut args: Vec<&OsStr> = vec![OsStr::new("-O2")];
+        args.extend(flags.iter().map(OsStr::new));
+        args.extend([OsStr::new("-c"), source.as_os_str()]);
         cc(arch, &args, &obj);
     }
     let exe = link_runtime(arch, dir, &obj, &[], "bpsweep", Runtime::Static);
@@ -1399,6 +1398,12 @@ pub fn bpsweep_rounds(arch: Arch, dir: &Path, how: Sweep, rounds: &[SweepRound])
             format!("instrfn_{a}_cyg_exit"),
             // (Not riscv64's instrfn_riscv64_cyg_trace_enter/exit: the slow routine calls
             // them with signals blocked, where a breakpoint's trap would kill the process.)
+        ],
+        Sweep::Fentry => vec![
+            "__fentry__".to_string(),
+            format!("instrfn_{a}_fentry"),
+            base_name.clone(),
+            format!("instrfn_{a}_exit_take_back"),
         ],
         Sweep::Mcount => vec![
             "_mcount".to_string(),
