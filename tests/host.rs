@@ -414,18 +414,7 @@ fn trace_take_back_survives_a_handler_that_fills_chunks() {
     // on. Every event must still be in the trace exactly once: the take-back must hold its
     // chunk as a reservation does. Windows of different lengths put the reused chunk at every
     // stage (being filled, filled, free) when the trampoline resumes.
-    let dir = workdir("trace-take-back");
-    let exe = build_exit_window(X86_64, &dir);
-    for collector in ["off", "on"] {
-        let env = [
-            ("INSTRFN_BUFSIZE", "4096"),
-            ("INSTRFN_MAX_DEPTH", "4"),
-            ("INSTRFN_MIN_DURATION", "10s"),
-            ("INSTRFN_COLLECTOR", collector),
-        ];
-        let context = format!("take-back INSTRFN_COLLECTOR={collector}");
-        exit_window_run(X86_64, &exe, "take-back", |i| 30 + i, &env, &dir, &context);
-    }
+    take_back_rounds(X86_64);
 }
 
 #[test]
@@ -495,19 +484,9 @@ fn trace_survives_a_traced_handler_at_every_instruction() {
             );
             link_runtime(X86_64, &dir, &obj, &[], "sweep", Runtime::Static)
         };
-        let small = [("INSTRFN_BUFSIZE", "4096"), ("INSTRFN_COLLECTOR", "off")];
-        let short = [
-            ("INSTRFN_BUFSIZE", "4096"),
-            ("INSTRFN_COLLECTOR", "off"),
-            ("INSTRFN_MIN_DURATION", "10s"),
-            ("INSTRFN_MAX_DEPTH", "4"),
-        ];
-        let rounds: [SweepRound; 4] = [
-            ("1", true, &[]),
-            ("40", true, &small),
-            ("40", false, &[("INSTRFN_BUFSIZE", "4096")]),
-            ("40", true, &short),
-        ];
+        // The common rounds, and one with the collector on and no walking.
+        let mut rounds = sweep_rounds(true);
+        rounds.insert(2, ("40", false, &[("INSTRFN_BUFSIZE", "4096")]));
         for (r, walk, extra) in rounds {
             let context = format!("{name} rounds {r} walk {walk} {extra:?}");
             let trace = dir.join("trace");

@@ -623,44 +623,15 @@ fn aarch64_a_full_trace_counts_every_event() {
 /// in the trace exactly once, with the collector and without.
 #[test]
 fn aarch64_trace_take_back_survives_a_handler_that_fills_chunks() {
-    let dir = workdir("aarch64-trace-take-back");
-    let exe = build_exit_window(AARCH64, &dir);
-    for collector in ["off", "on"] {
-        let env = [
-            ("INSTRFN_BUFSIZE", "4096"),
-            ("INSTRFN_MAX_DEPTH", "4"),
-            ("INSTRFN_MIN_DURATION", "10s"),
-            ("INSTRFN_COLLECTOR", collector),
-        ];
-        let context = format!("aarch64 take-back INSTRFN_COLLECTOR={collector}");
-        exit_window_run(AARCH64, &exe, "take-back", |i| 30 + i, &env, &dir, &context);
-    }
+    take_back_rounds(AARCH64);
 }
 
 /// A traced, stack-walking signal handler at each instruction of the trace fast paths in turn
-/// (bpsweep.c: a breakpoint written over every instruction of _mcount's fast path and the exit
-/// trampoline's, one call each, as tests/host.rs's sweep does with the trap flag): every call
-/// recorded exactly, also with 4 KiB chunks filled and recycled under the interrupted code and
-/// with INSTRFN_MIN_DURATION taking calls back.
+/// (bpsweep.c: a breakpoint written over each instruction of _mcount's fast path and the exit
+/// trampoline's, and of -finstrument-functions' hooks, the XRay sleds and trampolines too (natively patched: clang -fxray-instrument, the runtime linked in), one call each, as tests/host.rs's
+/// sweep does with the trap flag): every call recorded exactly, also with 4 KiB chunks filled and
+/// recycled under the interrupted code and with INSTRFN_MIN_DURATION taking calls back.
 #[test]
 fn aarch64_trace_survives_a_traced_handler_at_every_instruction() {
-    let dir = workdir("aarch64-trace-bpsweep");
-    let small: &[(&str, &str)] = &[("INSTRFN_BUFSIZE", "4096"), ("INSTRFN_COLLECTOR", "off")];
-    let short: &[(&str, &str)] = &[
-        ("INSTRFN_BUFSIZE", "4096"),
-        ("INSTRFN_COLLECTOR", "off"),
-        ("INSTRFN_MIN_DURATION", "10s"),
-        ("INSTRFN_MAX_DEPTH", "4"),
-    ];
-    let rounds: [SweepRound; 3] = [("1", true, &[]), ("40", true, small), ("40", true, short)];
-    bpsweep_rounds(AARCH64, &dir, Sweep::Mcount, &rounds);
-    // And over -finstrument-functions' hooks (no INSTRFN_MIN_DURATION there: they record every
-    // call).
-    let dir = workdir("aarch64-trace-bpsweep-cyg");
-    bpsweep_rounds(AARCH64, &dir, Sweep::Cyg, &rounds[..2]);
-    // The same over natively patched XRay sleds (clang -fxray-instrument, the runtime linked
-    // in): the traced function's sleds and the XRay trampolines (whose ways out put x0, x30
-    // and sp back before they branch into the sled).
-    let dir = workdir("aarch64-trace-bpsweep-xray");
-    bpsweep_rounds(AARCH64, &dir, Sweep::Xray, &rounds[..2]);
+    bpsweeps(AARCH64, &[Sweep::Mcount, Sweep::Cyg, Sweep::Xray]);
 }

@@ -685,39 +685,15 @@ fn riscv64_a_full_trace_counts_every_event() {
 /// in the trace exactly once, with the collector and without.
 #[test]
 fn riscv64_trace_take_back_survives_a_handler_that_fills_chunks() {
-    let dir = workdir("riscv64-trace-take-back");
-    let exe = build_exit_window(ARCH, &dir);
-    for collector in ["off", "on"] {
-        let env = [
-            ("INSTRFN_BUFSIZE", "4096"),
-            ("INSTRFN_MAX_DEPTH", "4"),
-            ("INSTRFN_MIN_DURATION", "10s"),
-            ("INSTRFN_COLLECTOR", collector),
-        ];
-        let context = format!("riscv64 take-back INSTRFN_COLLECTOR={collector}");
-        exit_window_run(ARCH, &exe, "take-back", |i| 30 + i, &env, &dir, &context);
-    }
+    take_back_rounds(ARCH);
 }
 
 /// A traced, stack-walking signal handler at each instruction of the trace fast paths in turn
-/// (bpsweep.c: a breakpoint written over every instruction of _mcount's fast path and the exit
-/// trampoline's, one call each, as tests/host.rs's sweep does with the trap flag): every call
-/// recorded exactly, also with 4 KiB chunks filled and recycled under the interrupted code and
-/// with INSTRFN_MIN_DURATION taking calls back.
+/// (bpsweep.c: a breakpoint written over each instruction of _mcount's fast path and the exit
+/// trampoline's, and of -finstrument-functions' hooks, one call each, as tests/host.rs's
+/// sweep does with the trap flag): every call recorded exactly, also with 4 KiB chunks filled and
+/// recycled under the interrupted code and with INSTRFN_MIN_DURATION taking calls back.
 #[test]
 fn riscv64_trace_survives_a_traced_handler_at_every_instruction() {
-    let dir = workdir("riscv64-trace-bpsweep");
-    let small: &[(&str, &str)] = &[("INSTRFN_BUFSIZE", "4096"), ("INSTRFN_COLLECTOR", "off")];
-    let short: &[(&str, &str)] = &[
-        ("INSTRFN_BUFSIZE", "4096"),
-        ("INSTRFN_COLLECTOR", "off"),
-        ("INSTRFN_MIN_DURATION", "10s"),
-        ("INSTRFN_MAX_DEPTH", "4"),
-    ];
-    let rounds: [SweepRound; 3] = [("1", true, &[]), ("40", true, small), ("40", true, short)];
-    bpsweep_rounds(ARCH, &dir, Sweep::Mcount, &rounds);
-    // And over -finstrument-functions' hooks (no INSTRFN_MIN_DURATION there: they record every
-    // call).
-    let dir = workdir("riscv64-trace-bpsweep-cyg");
-    bpsweep_rounds(ARCH, &dir, Sweep::Cyg, &rounds[..2]);
+    bpsweeps(ARCH, &[Sweep::Mcount, Sweep::Cyg]);
 }

@@ -832,42 +832,15 @@ fn s390x_a_full_trace_counts_every_event() {
 /// in the trace exactly once, with the collector and without.
 #[test]
 fn s390x_trace_take_back_survives_a_handler_that_fills_chunks() {
-    let dir = workdir("s390x-trace-take-back");
-    let exe = build_exit_window(S390X, &dir);
-    for collector in ["off", "on"] {
-        let env = [
-            ("INSTRFN_BUFSIZE", "4096"),
-            ("INSTRFN_MAX_DEPTH", "4"),
-            ("INSTRFN_MIN_DURATION", "10s"),
-            ("INSTRFN_COLLECTOR", collector),
-        ];
-        let context = format!("s390x take-back INSTRFN_COLLECTOR={collector}");
-        exit_window_run(S390X, &exe, "take-back", |i| 30 + i, &env, &dir, &context);
-    }
+    take_back_rounds(S390X);
 }
 
 /// A traced, stack-walking signal handler at each instruction of the trace fast paths in turn
-/// (bpsweep.c: a breakpoint written over every instruction of _mcount's fast path and the exit
-/// trampoline's, one call each, as tests/host.rs's sweep does with the trap flag): every call
-/// recorded exactly, also with 4 KiB chunks filled and recycled under the interrupted code and
-/// with INSTRFN_MIN_DURATION taking calls back.
+/// (bpsweep.c: a breakpoint written over each instruction of _mcount's fast path and the exit
+/// trampoline's, and of -finstrument-functions' hooks, -pg -mfentry's __fentry__ too, one call each, as tests/host.rs's
+/// sweep does with the trap flag): every call recorded exactly, also with 4 KiB chunks filled and
+/// recycled under the interrupted code and with INSTRFN_MIN_DURATION taking calls back.
 #[test]
 fn s390x_trace_survives_a_traced_handler_at_every_instruction() {
-    let dir = workdir("s390x-trace-bpsweep");
-    let small: &[(&str, &str)] = &[("INSTRFN_BUFSIZE", "4096"), ("INSTRFN_COLLECTOR", "off")];
-    let short: &[(&str, &str)] = &[
-        ("INSTRFN_BUFSIZE", "4096"),
-        ("INSTRFN_COLLECTOR", "off"),
-        ("INSTRFN_MIN_DURATION", "10s"),
-        ("INSTRFN_MAX_DEPTH", "4"),
-    ];
-    let rounds: [SweepRound; 3] = [("1", true, &[]), ("40", true, small), ("40", true, short)];
-    bpsweep_rounds(S390X, &dir, Sweep::Mcount, &rounds);
-    // And over -finstrument-functions' hooks (no INSTRFN_MIN_DURATION there: they record every
-    // call).
-    let dir = workdir("s390x-trace-bpsweep-cyg");
-    bpsweep_rounds(S390X, &dir, Sweep::Cyg, &rounds[..2]);
-    // And over -pg -mfentry code: __fentry__'s fast path and the exit trampoline.
-    let dir = workdir("s390x-trace-bpsweep-fentry");
-    bpsweep_rounds(S390X, &dir, Sweep::Fentry, &rounds);
+    bpsweeps(S390X, &[Sweep::Mcount, Sweep::Cyg, Sweep::Fentry]);
 }

@@ -1326,6 +1326,55 @@ pub fn build_exit_window(arch: Arch, dir: &Path) -> PathBuf {
     link_runtime(arch, dir, &obj, &[], "exit_window", Runtime::Static)
 }
 
+/// INSTRFN_MIN_DURATION's take-back held up at its one critical instruction (exit_window.c
+/// `take-back`, built for `arch`): 16 windows of 30-45 handler rounds that fill 4 KiB chunks,
+/// which the runtime retires, commits and reuses while the interrupted trampoline goes on, with
+/// the collector off (the thread commits and reuses them at once) and on; every event in the
+/// trace exactly once ([`exit_window_run`]).
+pub fn take_back_rounds(arch: Arch) {
+    let dir = workdir(&format!("{}-trace-take-back", arch.name));
+    let exe = build_exit_window(arch, &dir);
+    for collector in ["off", "on"] {
+        let env = [
+            ("INSTRFN_BUFSIZE", "4096"),
+            ("INSTRFN_MAX_DEPTH", "4"),
+            ("INSTRFN_MIN_DURATION", "10s"),
+            ("INSTRFN_COLLECTOR", collector),
+        ];
+        let context = format!("{} take-back INSTRFN_COLLECTOR={collector}", arch.name);
+        exit_window_run(arch, &exe, "take-back", |i| 30 + i, &env, &dir, &context);
+    }
+}
+
+/// The sweeps' rounds: one traced call per handler, walking; 40+ rounds with 4 KiB chunks and
+/// no collector (the handler fills and recycles chunks under the interrupted code), walking;
+/// and (`short`, for code that INSTRFN_MIN_DURATION applies to) the same with every call short
+/// and entries beyond depth 4 left without exit, so that handlers still leave events.
+pub fn sweep_rounds(short: bool) -> Vec<SweepRound<'static>> {
+    const SMALL: &[(&str, &str)] = &[("INSTRFN_BUFSIZE", "4096"), ("INSTRFN_COLLECTOR", "off")];
+    const SHORT: &[(&str, &str)] = &[
+        ("INSTRFN_BUFSIZE", "4096"),
+        ("INSTRFN_COLLECTOR", "off"),
+        ("INSTRFN_MIN_DURATION", "10s"),
+        ("INSTRFN_MAX_DEPTH", "4"),
+    ];
+    let mut rounds: Vec<SweepRound> = vec![("1", true, &[]), ("40", true, SMALL)];
+    if short {
+        rounds.push(("40", true, SHORT));
+    }
+    rounds
+}
+
+/// [`bpsweep_rounds`] for each build in `how`, in a work directory of its own (`<arch>-trace-
+/// bpsweep-<build>`), with [`sweep_rounds`] (the short round for mcount and fentry code).
+pub fn bpsweeps(arch: Arch, how: &[Sweep]) {
+    for &h in how {
+        let dir = workdir(&format!("{}-trace-bpsweep-{h:?}", arch.name));
+        let short = matches!(h, Sweep::Mcount | Sweep::Fentry);
+        bpsweep_rounds(arch, &dir, h, &sweep_rounds(short));
+    }
+}
+
 /// One round of sweep.c or bpsweep.c: its ROUNDS argument, whether its handlers walk the
 /// stack, extra environment.
 pub type SweepRound<'a> = (&'a str, bool, &'a [(&'a str, &'a str)]);
