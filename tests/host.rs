@@ -440,7 +440,8 @@ fn trace_survives_a_traced_handler_at_every_instruction() {
     // in the heavier rounds) and walks the stack with backtrace(). Every run: the program ends
     // normally, most instructions were reached, and the trace holds every call exactly: as an
     // entry and its exit, an entry without exit (beyond INSTRFN_MAX_DEPTH), or counted as left
-    // out (INSTRFN_MIN_DURATION, which XRay sleds ignore). With the exit trampoline as it was
+    // out (INSTRFN_MIN_DURATION, which XRay sleds ignore); and, for -pg code, in gmon mode,
+    // gprof's call counts exact. With the exit trampoline as it was
     // before it zeroed its entry's slot first, every walking -pg round here aborted ("lost
     // track of a return address"); with the XRay sled form that pushed the id before its call,
     // the walking XRay rounds crashed in the unwinder (it took the pushed word for a return
@@ -537,6 +538,33 @@ fn trace_survives_a_traced_handler_at_every_instruction() {
                 deep + stepped + 1,
                 "{context}: {recorded} recorded, {dropped} dropped: {counts:?}"
             );
+        }
+        if name == "pg" || name == "fentry" {
+            // gmon mode (the default when linked in): the same sweep, every call counted once
+            // in gmon.out, as gprof reads it.
+            let context = format!("{name} gmon");
+            let gmon = dir.join("gmon.out");
+            let _ = std::fs::remove_file(&gmon);
+            let n = N.to_string();
+            let out = run_exe(X86_64, &exe, &[n.as_str(), "40", "walk"], &[], &dir);
+            let text = stdout_of(&out);
+            let words: Vec<u64> = text
+                .split_whitespace()
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            let [handled, deep, stepped, ..] = words[..] else {
+                panic!("{context}: {text}")
+            };
+            assert!(handled >= 30, "{context}: {text}"); // (no exit trampoline here)
+            let flat = gprof_flat(X86_64, &exe, &gmon);
+            // (The flat profile leaves out a function's calls of itself: the call graph has
+            // them, on the deep -> deep arc.)
+            let arcs = gprof_arcs(X86_64, &exe, &gmon);
+            let recursive = arcs.0.get(&("deep".into(), "deep".into())).copied();
+            assert_eq!(recursive, Some(deep / 4 * 3), "{context}: {}", arcs.1);
+            assert_eq!(flat.calls("deep"), deep / 4, "{context}: {}", flat.text);
+            assert_eq!(flat.calls("stepped"), stepped, "{context}: {}", flat.text);
+            flat.assert_no_runtime_calls(&context);
         }
     }
 }
