@@ -1399,7 +1399,7 @@ pub enum Sweep {
 /// names (as the linked program's disassembly lists it), for each `(rounds, walk,
 /// environment)`: the program ends normally, most instructions were reached, and the trace
 /// holds every call exactly, as an entry and its exit, an entry without exit, or counted as
-/// left out.
+/// left out; for mcount and fentry code also once in gmon mode, gprof's counts exact.
 pub fn bpsweep_rounds(arch: Arch, dir: &Path, how: Sweep, rounds: &[SweepRound]) {
     let obj = dir.join("bpsweep.o");
     let source = fixture("c/bpsweep.c");
@@ -1545,6 +1545,32 @@ pub fn bpsweep_rounds(arch: Arch, dir: &Path, how: Sweep, rounds: &[SweepRound])
             deep + stepped + main_calls,
             "{context}: {recorded} recorded, {dropped} dropped: {counts:?}"
         );
+    }
+    if matches!(how, Sweep::Mcount | Sweep::Fentry) {
+        // gmon mode (the default when linked in): the same sweep over the same instructions
+        // (the gmon fast path runs through them too), every call counted once in gmon.out.
+        let context = format!("{} bpsweep {how:?} gmon", arch.name);
+        let gmon = dir.join("gmon.out");
+        let _ = std::fs::remove_file(&gmon);
+        let l = list.display().to_string();
+        let out = run_exe(arch, &exe, &[l.as_str(), "40", "walk"], &[], dir);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let words: Vec<u64> = text
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        let [handled, deep, stepped, _] = words[..] else {
+            panic!("{context}: {text}")
+        };
+        assert!(handled >= 20, "{context}: {text}");
+        let flat = gprof_flat(arch, &exe, &gmon);
+        // (The flat profile leaves out a function's calls of itself: the call graph has them.)
+        let arcs = gprof_arcs(arch, &exe, &gmon);
+        let recursive = arcs.0.get(&("deep".into(), "deep".into())).copied();
+        assert_eq!(recursive, Some(deep / 4 * 3), "{context}: {}", arcs.1);
+        assert_eq!(flat.calls("deep"), deep / 4, "{context}: {}", flat.text);
+        assert_eq!(flat.calls("stepped"), stepped, "{context}: {}", flat.text);
+        flat.assert_no_runtime_calls(&context);
     }
 }
 
