@@ -473,16 +473,7 @@ fn trace_survives_a_traced_handler_at_every_instruction() {
             );
             exe
         } else {
-            let obj = dir.join("sweep.o");
-            require_tool("gcc");
-            run_ok(
-                Command::new("gcc")
-                    .args(["-O2", "-c"])
-                    .args(flags)
-                    .arg(fixture("c/sweep.c"))
-                    .arg("-o")
-                    .arg(&obj),
-            );
+            let obj = c_object(&dir, "sweep.c", flags);
             link_runtime(X86_64, &dir, &obj, &[], "sweep", Runtime::Static)
         };
         // The common rounds, and one with the collector on and no walking.
@@ -505,10 +496,7 @@ fn trace_survives_a_traced_handler_at_every_instruction() {
             }
             let out = run_exe(X86_64, &exe, &args, &env, &dir);
             let text = stdout_of(&out);
-            let words: Vec<u64> = text
-                .split_whitespace()
-                .filter_map(|w| w.parse().ok())
-                .collect();
+            let words = numbers_of(&text);
             let [handled, deep, stepped, stopped, missed] = words[..] else {
                 panic!("{context}: {text}")
             };
@@ -548,23 +536,12 @@ fn trace_survives_a_traced_handler_at_every_instruction() {
             let n = N.to_string();
             let out = run_exe(X86_64, &exe, &[n.as_str(), "40", "walk"], &[], &dir);
             let text = stdout_of(&out);
-            let words: Vec<u64> = text
-                .split_whitespace()
-                .filter_map(|w| w.parse().ok())
-                .collect();
+            let words = numbers_of(&text);
             let [handled, deep, stepped, ..] = words[..] else {
                 panic!("{context}: {text}")
             };
             assert!(handled >= 30, "{context}: {text}"); // (no exit trampoline here)
-            let flat = gprof_flat(X86_64, &exe, &gmon);
-            // (The flat profile leaves out a function's calls of itself: the call graph has
-            // them, on the deep -> deep arc.)
-            let arcs = gprof_arcs(X86_64, &exe, &gmon);
-            let recursive = arcs.0.get(&("deep".into(), "deep".into())).copied();
-            assert_eq!(recursive, Some(deep / 4 * 3), "{context}: {}", arcs.1);
-            assert_eq!(flat.calls("deep"), deep / 4, "{context}: {}", flat.text);
-            assert_eq!(flat.calls("stepped"), stepped, "{context}: {}", flat.text);
-            flat.assert_no_runtime_calls(&context);
+            assert_sweep_gmon(X86_64, &exe, &gmon, deep, stepped, &context);
         }
     }
 }
@@ -582,16 +559,7 @@ fn trace_min_duration_signal_handlers_interrupt_the_take_back() {
     for (name, flags) in [("pg", &["-pg"][..]), ("fentry", &["-pg", "-mfentry"][..])] {
         let name = format!("trace-min-duration-tracesig-{name}");
         let dir = workdir(&name);
-        let obj = dir.join("tracesig.o");
-        require_tool("gcc");
-        run_ok(
-            Command::new("gcc")
-                .args(["-O2", "-c"])
-                .args(flags)
-                .arg(fixture("c/tracesig.c"))
-                .arg("-o")
-                .arg(&obj),
-        );
+        let obj = c_object(&dir, "tracesig.c", flags);
         let exe = link_runtime(X86_64, &dir, &obj, &[], "tracesig", Runtime::Static);
         min_duration_tracesig_rounds(X86_64, &exe, &dir, &name, "walk");
     }
@@ -1775,6 +1743,15 @@ fn trace_golden_call_tree_every_entry() {
 }
 
 /// Builds `tests/fixtures/c/<src>` with `flags` (and -O2), linked with `link_flags`.
+/// tests/fixtures/c/`src` compiled with gcc -O2 `flags` into `<dir>/<stem>.o` (not linked).
+fn c_object(dir: &Path, src: &str, flags: &[&str]) -> PathBuf {
+    let source = fixture(&format!("c/{src}"));
+    let mut args: Vec<&OsStr> = vec![OsStr::new("-O2"), OsStr::new("-c")];
+    args.extend(flags.iter().map(OsStr::new));
+    args.push(source.as_os_str());
+    cc(X86_64, &args, &dir.join(src).with_extension("o"))
+}
+
 fn build_plain(dir: &Path, src: &str, flags: &[&str], link_flags: &[&str]) -> PathBuf {
     let source = fixture(&format!("c/{src}"));
     let stem = src.split('.').next().unwrap();

@@ -1286,10 +1286,7 @@ pub fn exit_window_run(
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = run_exe(arch, exe, &args, &env, dir);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let words: Vec<u64> = text
-        .split_whitespace()
-        .filter_map(|w| w.parse().ok())
-        .collect();
+    let words = numbers_of(&text);
     let [windows, deep, stepped] = words[..] else {
         panic!("{context}: {text}")
     };
@@ -1373,6 +1370,34 @@ pub fn bpsweeps(arch: Arch, how: &[Sweep]) {
         let short = matches!(h, Sweep::Mcount | Sweep::Fentry);
         bpsweep_rounds(arch, &dir, h, &sweep_rounds(short));
     }
+}
+
+/// The numbers in `text`, in order (the fixtures' one-line summaries).
+pub fn numbers_of(text: &str) -> Vec<u64> {
+    text.split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect()
+}
+
+/// gprof's counts in `gmon` for a sweep run of `exe` (sweep.c, bpsweep.c) that made `deep`
+/// calls of deep (each handler round is deep(3): one call from outside, three of itself) and
+/// `stepped` of stepped: exact, and no runtime function counted. (The flat profile leaves out
+/// a function's calls of itself: the call graph has them, on the deep -> deep arc.)
+pub fn assert_sweep_gmon(
+    arch: Arch,
+    exe: &Path,
+    gmon: &Path,
+    deep: u64,
+    stepped: u64,
+    context: &str,
+) {
+    let flat = gprof_flat(arch, exe, gmon);
+    let arcs = gprof_arcs(arch, exe, gmon);
+    let recursive = arcs.0.get(&("deep".into(), "deep".into())).copied();
+    assert_eq!(recursive, Some(deep / 4 * 3), "{context}: {}", arcs.1);
+    assert_eq!(flat.calls("deep"), deep / 4, "{context}: {}", flat.text);
+    assert_eq!(flat.calls("stepped"), stepped, "{context}: {}", flat.text);
+    flat.assert_no_runtime_calls(context);
 }
 
 /// One round of sweep.c or bpsweep.c: its ROUNDS argument, whether its handlers walk the
@@ -1512,10 +1537,7 @@ pub fn bpsweep_rounds(arch: Arch, dir: &Path, how: Sweep, rounds: &[SweepRound])
         }
         let out = run_exe(arch, &exe, &args, &env, dir);
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let words: Vec<u64> = text
-            .split_whitespace()
-            .filter_map(|w| w.parse().ok())
-            .collect();
+        let words = numbers_of(&text);
         let [handled, deep, stepped, missed] = words[..] else {
             panic!("{context}: {text}")
         };
@@ -1555,22 +1577,12 @@ pub fn bpsweep_rounds(arch: Arch, dir: &Path, how: Sweep, rounds: &[SweepRound])
         let l = list.display().to_string();
         let out = run_exe(arch, &exe, &[l.as_str(), "40", "walk"], &[], dir);
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let words: Vec<u64> = text
-            .split_whitespace()
-            .filter_map(|w| w.parse().ok())
-            .collect();
+        let words = numbers_of(&text);
         let [handled, deep, stepped, _] = words[..] else {
             panic!("{context}: {text}")
         };
         assert!(handled >= 20, "{context}: {text}");
-        let flat = gprof_flat(arch, &exe, &gmon);
-        // (The flat profile leaves out a function's calls of itself: the call graph has them.)
-        let arcs = gprof_arcs(arch, &exe, &gmon);
-        let recursive = arcs.0.get(&("deep".into(), "deep".into())).copied();
-        assert_eq!(recursive, Some(deep / 4 * 3), "{context}: {}", arcs.1);
-        assert_eq!(flat.calls("deep"), deep / 4, "{context}: {}", flat.text);
-        assert_eq!(flat.calls("stepped"), stepped, "{context}: {}", flat.text);
-        flat.assert_no_runtime_calls(&context);
+        assert_sweep_gmon(arch, &exe, &gmon, deep, stepped, &context);
     }
 }
 
