@@ -549,10 +549,18 @@ instrfn_x86_64_\name:
 #   entry behind for every return after it. The jmp is predicted from its own history (scripts/
 #   compare.py --trace: 29.4 -> 23.0 ns per call at 1 thread, same run conditions).
 #   Frame: CFA_f-8 the original return address (the jmp reads it below %rsp, inside the red
-#   zone, which a signal frame never overwrites), CFA_f-16 .. -48 rax, rcx, rdx, rsi, rdi. The CFI marks the return address undefined: an unwinder that reaches this
-#   trampoline stops here (the unwinder entry points are wrapped to put the real return addresses
-#   back first, src/interpose.c). The nop before the label puts a return address that points at
-#   the label (looked up as address - 1) inside this FDE.
+#   zone, which a signal frame never overwrites), CFA_f-16 .. -48 rax, rcx, rdx, rsi, rdi.
+#   Unwinding (a handler that interrupts us and walks the stack, a sampling profiler): the CFI
+#   describes this code as a frame with CFA = CFA_f and its return address at CFA_f - 8, and the
+#   original return address is stored there as soon as the newest entry is known to be the
+#   returning frame's (`.Lexit_ours`), so that from there on an unwinder goes on into the real
+#   caller (tests/fixtures/c/sweep.c checks it at every instruction). Before that the word holds
+#   what the function's ret consumed, this trampoline's own address: an unwinder takes it for
+#   the caller and stops there, at the nop before the label, whose CFI marks the return address
+#   undefined (the same for a return address that points at the label, looked up as address
+#   - 1). A handler's walk in between may put the trampoline back into the frame (src/trace.rs
+#   `after_unwinding`, the entry still being alive): `.Lexit_pop` stores the original again,
+#   before and after it frees the entry.
     .p2align 4
     .globl instrfn_x86_64_exit
     .hidden instrfn_x86_64_exit
@@ -561,12 +569,20 @@ instrfn_x86_64_\name:
     .cfi_undefined %rip
     nop
 instrfn_x86_64_exit:
+    .cfi_def_cfa %rsp, 0                    # CFA_f, the return address below it (see above)
+    .cfi_offset %rip, -8
     subq $8, %rsp
+    .cfi_adjust_cfa_offset 8
     pushq %rax
+    .cfi_adjust_cfa_offset 8
     pushq %rcx
+    .cfi_adjust_cfa_offset 8
     pushq %rdx
+    .cfi_adjust_cfa_offset 8
     pushq %rsi
+    .cfi_adjust_cfa_offset 8
     pushq %rdi
+    .cfi_adjust_cfa_offset 8
     movq instrfn_tls@gottpoff(%rip), %rcx
     cmpq $0, %fs:{TLS_UNWOUND}(%rcx)
     jne .Lexit_slow
@@ -575,6 +591,11 @@ instrfn_x86_64_exit:
     leaq 40(%rsp), %rdi                     # CFA_f - 8: the return slot it recorded
     cmpq %rdi, {SH_SLOT}(%rsi)
     jne .Lexit_slow                         # frames left behind by longjmp: the slow path
+    movq {SH_RET}(%rsi), %rdi
+    movq %rdi, 40(%rsp)                     # the original return address, for unwinders
+    .globl instrfn_x86_64_exit_ours         # (tests/fixtures/c/sweep.c: from here on a walk
+    .hidden instrfn_x86_64_exit_ours        # reaches the real caller)
+instrfn_x86_64_exit_ours:
     cmpq $0, %fs:{TLS_GUARD}(%rcx)
     jne .Lexit_pop
     cmpb $0, instrfn_enabled(%rip)
@@ -595,7 +616,11 @@ instrfn_x86_64_exit:
     # back there, so that the jmp below came back here and the program aborted ("lost track of
     # a return address"). The other architectures return through a register and have no such
     # window.
+    # The original return address goes into the frame before the slot is zeroed too: a
+    # handler's walk may have put the trampoline back there, and one that comes between the
+    # two stores must not find it (it leaves a freed entry's frame alone).
     movq {SH_RET}(%rsi), %rdi
+    movq %rdi, 40(%rsp)
     movq $0, {SH_SLOT}(%rsi)                # free entries have slot 0
     .globl instrfn_x86_64_exit_pop          # (tests/fixtures/c/exit_window.c stops here)
     .hidden instrfn_x86_64_exit_pop
@@ -604,12 +629,19 @@ instrfn_x86_64_exit_pop:
     movq %rsi, %fs:{TLS_SHADOW_TOP}(%rcx)   # popped
 .Lexit_out:
     popq %rdi
+    .cfi_adjust_cfa_offset -8
     popq %rsi
+    .cfi_adjust_cfa_offset -8
     popq %rdx
+    .cfi_adjust_cfa_offset -8
     popq %rcx
+    .cfi_adjust_cfa_offset -8
     popq %rax
+    .cfi_adjust_cfa_offset -8
     leaq 8(%rsp), %rsp                      # the function's CFA, as its own ret would leave it
+    .cfi_adjust_cfa_offset -8
     jmp *-8(%rsp)                           # an indirect jump, not a ret (see above)
+    .cfi_adjust_cfa_offset 48               # (the code below runs with the registers pushed)
 .Lexit_short:
     # INSTRFN_MIN_DURATION: a call shorter than instrfn_min_ticks whose entry is still the
     # thread's newest event (its callees, if any, were short too and taken back already) leaves
@@ -656,7 +688,10 @@ instrfn_x86_64_exit_take_back:
     # instrfn_trace_exit_slow(&Tls, slot) with everything saved; it returns the original
     # return address of the frame whose slot that was (it closes the frames above it).
     pushq %rbp
+    .cfi_adjust_cfa_offset 8
+    .cfi_offset %rbp, -56
     movq %rsp, %rbp                         # rbp = CFA_f - 56
+    .cfi_def_cfa_register %rbp
     pushq %r8
     pushq %r9
     pushq %r10
@@ -681,7 +716,10 @@ instrfn_x86_64_exit_take_back:
     popq %r10
     popq %r9
     popq %r8
+    .cfi_def_cfa %rsp, 56
     popq %rbp
+    .cfi_adjust_cfa_offset -8
+    .cfi_restore %rbp
     jmp .Lexit_out
     .cfi_endproc
     .size instrfn_x86_64_exit, .-instrfn_x86_64_exit
