@@ -710,10 +710,22 @@ instrfn_aarch64_\name:
 //   return address, ret included (42 before the INSTRFN_MIN_DURATION test; 38 when it popped
 //   before writing its event, and reserved it against an end loaded once); 64 when it takes
 //   a short call's entry back (counted from the code: 56 before it reserved its exit first).
-//   The CFI marks the return address undefined: an unwinder that reaches this trampoline stops
-//   here (the unwinder entry points are wrapped to put the real return addresses back first,
-//   src/interpose.c). The nop before the label puts a return address that points at the label
-//   (looked up as address - 1) inside this FDE.
+//   Unwinding (a handler that interrupts us and walks the stack, a sampling profiler): once the
+//   newest entry is known to be the returning frame's (`instrfn_aarch64_exit_ours`), the CFI
+//   says where the caller's return address is, in the entry (x30 saved at [x9 + SH_RET]),
+//   and after it is loaded, in x30 itself (CFA = sp throughout), so an unwinder goes on into
+//   the real caller (tests/fixtures/c/bpsweep.c checks it at every instruction of the fast
+//   path). Before that, and in the slow part, the return address is marked undefined: an
+//   unwinder that gets here stops (the unwinder entry points are wrapped to put the real return
+//   addresses back first, src/interpose.c, but the returning frame's is not on the stack). The
+//   nop before the label puts a return address that points at the label (looked up as address
+//   - 1) inside this FDE.
+// RETURN_ADDRESS_IN_ENTRY: CFI, the caller's return address (x30) is saved at [x9 + SH_RET]:
+//   DW_CFA_expression x30, DW_OP_breg9 SH_RET (a one-byte SLEB128: src/trace.rs asserts it).
+    .macro RETURN_ADDRESS_IN_ENTRY
+    .cfi_escape 0x10, 30, 2, 0x79, {SH_RET}
+    .endm
+
     .p2align 4
     .globl instrfn_aarch64_exit
     .hidden instrfn_aarch64_exit
@@ -736,6 +748,10 @@ instrfn_aarch64_exit:
     ccmp    x11, #1, #0, hi                 // is above 1 (0: being pushed, 1: a tombstone),
     ccmp    x13, x29, #0, hi                // and the frame pointer is x29:
     b.ne    .Lexit_slow                     // else not the returning frame's
+    .globl  instrfn_aarch64_exit_ours       // (tests/fixtures/c/bpsweep.c: from here on a walk
+    .hidden instrfn_aarch64_exit_ours       // reaches the real caller)
+instrfn_aarch64_exit_ours:
+    RETURN_ADDRESS_IN_ENTRY
     ldr     x17, [x16, #{TLS_GUARD}]
     cbnz    x17, .Lexit_pop                 // runtime code running: no event
     adrp    x17, instrfn_enabled
@@ -754,9 +770,11 @@ instrfn_aarch64_exit:
     str     x12, [x10, #8]
 .Lexit_pop:
     ldr     x30, [x9, #{SH_RET}]                   // we return there
+    .cfi_same_value x30
     str     xzr, [x9, #{SH_SLOT}]                  // free entries have slot 0
     str     x9, [x16, #{TLS_SHADOW_TOP}]           // popped
     ret
+    RETURN_ADDRESS_IN_ENTRY                 // (below: x9 = the entry, as above)
 .Lexit_short:
     // INSTRFN_MIN_DURATION (asm/x86_64.s .Lexit_short): a call shorter than instrfn_min_ticks
     // whose entry is still the thread's newest event (its callees, if any, were short too and
@@ -802,6 +820,7 @@ instrfn_aarch64_exit_take_back:
     stur    x13, [x10, #-8]
     b       6b
 .Lexit_slow:
+    .cfi_undefined x30
     // instrfn_aarch64_trace_exit(tls, sp = the function's CFA, x29): finds the returning
     // frame's entry, closes the ones above it, pops it, writes its exit, returns its original
     // return address

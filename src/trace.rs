@@ -60,6 +60,8 @@ struct Shadow {
     _spare: usize,
 }
 const _: () = assert!(core::mem::size_of::<Shadow>() == SH_BYTES);
+// asm/aarch64.s writes SH_RET into its CFI as a one-byte SLEB128.
+const _: () = assert!(SH_RET < 64);
 
 /// Bytes of a chunk header (docs/trace-format.md).
 const CHUNK_HEADER: usize = 64;

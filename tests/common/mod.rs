@@ -1534,6 +1534,10 @@ pub fn bpsweep_rounds(arch: Arch, dir: &Path, how: Sweep, rounds: &[SweepRound])
         let mut args = vec![l.as_str(), r];
         if walk {
             args.push("walk");
+            if arch.name == "aarch64" {
+                // The walks must reach main (bpsweep.c: aarch64 only).
+                args.push("check");
+            }
         }
         let out = run_exe(arch, &exe, &args, &env, dir);
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
