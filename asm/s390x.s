@@ -330,6 +330,12 @@ instrfn_s390x_\name:
     larl %r5,instrfn_s390x_exit
     stg %r5,8(%r15)                         # (it reloads r14 from here next)
     .endif
+    # From here until the function has saved r14 in its own frame (or reloaded it from 8(%r15)
+    # and saved it), the replaced return address is where no unwinder's walk can have the
+    # real one put back (README, "backtrace()"): bpsweep.c leaves these two out of its check.
+    .globl instrfn_s390x_\name\()_hijacked
+    .hidden instrfn_s390x_\name\()_hijacked
+instrfn_s390x_\name\()_hijacked:
     .endif
     lmg %r2,%r5,16(%r15)
     br \ret
@@ -653,6 +659,12 @@ instrfn_s390x_slow:
 #   trampoline stops here (see "Trace mode" above). The no-op (bcr 0) before the label puts a return
 #   address that points at the label (looked up as address - 1) inside this FDE.
     .p2align 4
+# RETURN_ADDRESS_IN_ENTRY: CFI, the caller's return address (r14) is saved at [r4 + SH_RET]:
+#   DW_CFA_expression r14, DW_OP_breg4 SH_RET (a one-byte SLEB128: src/trace.rs asserts it).
+    .macro RETURN_ADDRESS_IN_ENTRY
+    .cfi_escape 0x10, 14, 2, 0x74, {SH_RET}
+    .endm
+
     .globl instrfn_s390x_exit
     .hidden instrfn_s390x_exit
     .type instrfn_s390x_exit,@function
@@ -675,6 +687,10 @@ instrfn_s390x_exit:
     la %r5,112(%r15)                        # our slot
     clg %r5,{SH_SLOT}(%r4)
     jne .Lexit_slow                         # frames left behind by longjmp: the slow path
+    .globl instrfn_s390x_exit_ours          # (tests/fixtures/c/bpsweep.c: from here on a walk
+    .hidden instrfn_s390x_exit_ours         # reaches the real caller)
+instrfn_s390x_exit_ours:
+    RETURN_ADDRESS_IN_ENTRY
     cghsi {TLS_GUARD}(%r14),0
     jne .Lexit_pop
     larl %r5,instrfn_enabled
@@ -698,10 +714,12 @@ instrfn_s390x_exit:
     # Popped after the event: until here a handler that interrupts us finds the entry intact
     # (it pushes and pops above it).
     lg %r1,{SH_RET}(%r4)                          # return there
+    .cfi_register %r14, %r1
     mvghi {SH_SLOT}(%r4),0                       # free entries have slot 0
     stg %r4,{TLS_SHADOW_TOP}(%r14)                   # popped
     lmg %r4,%r5,32(%r15)
     br %r1
+    RETURN_ADDRESS_IN_ENTRY                 # (below: r4 = the entry, as above)
 .Lexit_short:
     # INSTRFN_MIN_DURATION (asm/x86_64.s .Lexit_short): a call shorter than instrfn_min_ticks
     # whose entry is still the thread's newest event (its callees, if any, were short too and
@@ -754,6 +772,7 @@ instrfn_s390x_exit_take_back:
     stg %r0,8(%r1)
     j .Lexit_pop
 .Lexit_slow:
+    .cfi_undefined %r14
     stmg %r2,%r3,16(%r15)                   # r2-r5 in the save area, as the slow path expects
     lghi %r1,0                              # no return address until the Rust side gives it
     lghi %r2,0
