@@ -26,7 +26,9 @@ with XRAY_OPTIONS alone it never starts, so its cost beside the gmon figures sai
   xray     clang -fxray-instrument with compiler-rt's FDR mode selected and initialised
            explicitly (scripts/bench/xray-fdr.c), XRAY_FDR_OPTIONS=func_duration_threshold_us=0
            and buffers for every record, so that it records every call as instrfn does; calls
-           counted with `llvm-xray account`
+           counted with `llvm-xray account`, which (llvm-xray 14) counts only part of some
+           FDR logs: runs whose logs have the same size (B/event, the log's bytes per
+           function record: 8.0 when every call is in it) were counted 4000000 and 920043
 Each of the --runs rounds runs every row once, in that order (best of the rounds counts): a
 noisy spell of the machine falls on all rows alike. Ratios: instrfn's ns/call over the floor's
 and over uftrace's. "cpu s" is the user + system time
@@ -349,6 +351,7 @@ def trace_table(a, work, exe):
                 counted = uftrace_counted(os.path.join(d, "data"))
             elif name == "xray":
                 counted = xray_counted(exe["xray-fdr"], d)
+                per_event = xray_log_bytes(d) / (2 * calls)
             rows[name] = (best[name], rss[name], cpu[name][0], counted, per_event)
         plain = rows["plain"][0]
         ns = {k: 1e9 * (v[0] - plain) * min(t, os.cpu_count()) / calls for k, v in rows.items()}
@@ -528,6 +531,12 @@ def uftrace_counted(data):
         if len(f) == 2 and f[1] in ("work_a", "work_b"):
             total += int(f[0])
     return total
+
+
+def xray_log_bytes(d):
+    """Bytes of the one XRay log in run directory d."""
+    return sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d)
+               if f.startswith("xray-log."))
 
 
 def xray_counted(binary, d):
