@@ -180,9 +180,49 @@ mod sled {
     /// (x86 keeps instruction fetch coherent with stores).
     pub fn flush(_at: usize, _len: usize) {}
 
+    /// Unwind info for the stubs at [code, code + len), in `.eh_frame` form (one CIE, one FDE,
+    /// the zero terminator) for the unwinder's `__register_frame`, so that a walk from inside
+    /// a stub (a signal handler that interrupted it) goes on into the function: a stub moves
+    /// no register an unwinder needs, so throughout it the CFA is %rsp + 8 and the return
+    /// address (into the sled) is at CFA - 8, as at any function's first instruction.
+    pub fn unwind_info(code: usize, len: usize) -> [u8; super::UNWIND_BYTES] {
+        let mut e = [0u8; super::UNWIND_BYTES];
+        // CIE: length 20; id 0; version 1; "zR"; code alignment 1; data alignment -8; return
+        // address column 16 (%rip); augmentation data: FDE addresses absolute (DW_EH_PE_absptr);
+        // DW_CFA_def_cfa %rsp (7), 8; DW_CFA_offset %rip, 1 * -8; two DW_CFA_nop.
+        e[..24].copy_from_slice(&[
+            20, 0, 0, 0, 0, 0, 0, 0, 1, b'z', b'R', 0, 1, 0x78, 16, 1, 0, 0x0c, 7, 8, 0x90, 1, 0, 0,
+        ]);
+        // FDE: length 28; CIE pointer 28 (back from this field to the CIE); pc_begin, pc_range;
+        // no augmentation data; seven DW_CFA_nop. Then the terminator (zero length).
+        e[24..32].copy_from_slice(&[28, 0, 0, 0, 28, 0, 0, 0]);
+        e[32..40].copy_from_slice(&(code as u64).to_le_bytes());
+        e[40..48].copy_from_slice(&(len as u64).to_le_bytes());
+        e
+    }
+
     #[cfg(test)]
     mod tests {
         use super::*;
+
+        #[test]
+        fn stub_unwind_info_is_one_cie_one_fde_and_the_terminator() {
+            let e = unwind_info(0x7f00_1234_5000, 96);
+            let word = |at: usize| u32::from_le_bytes(e[at..at + 4].try_into().unwrap()) as usize;
+            let cie = word(0);
+            assert_eq!((cie + 4) % 8, 0);
+            assert_eq!(word(4), 0, "CIE id");
+            assert_eq!(&e[8..12], &[1, b'z', b'R', 0]);
+            let fde = cie + 4;
+            assert_eq!((word(fde) + 4) % 8, 0);
+            assert_eq!(word(fde + 4), fde + 4, "CIE pointer: back to offset 0");
+            let begin = u64::from_le_bytes(e[fde + 8..fde + 16].try_into().unwrap());
+            let range = u64::from_le_bytes(e[fde + 16..fde + 24].try_into().unwrap());
+            assert_eq!((begin, range), (0x7f00_1234_5000, 96));
+            let end = fde + 4 + word(fde);
+            assert_eq!(word(end), 0, "terminator");
+            assert!(end + 4 <= super::super::UNWIND_BYTES);
+        }
 
         #[test]
         fn patched_forms() {
@@ -320,6 +360,11 @@ mod sled {
 
     /// After code at [at, at + len) changed through a data mapping: cleaned to the point of
     /// unification, the instruction cache invalidated (line sizes from CTR_EL0).
+    /// No unwind info for the stubs here (README, "backtrace()").
+    pub fn unwind_info(_code: usize, _len: usize) -> [u8; super::UNWIND_BYTES] {
+        [0; super::UNWIND_BYTES]
+    }
+
     pub fn flush(at: usize, len: usize) {
         let ctr: u64;
         // SAFETY: CTR_EL0 is readable at EL0 on Linux; cache maintenance by address of our own
@@ -370,6 +415,81 @@ mod sled {
         [0; 3]
     }
     pub fn flush(_at: usize, _len: usize) {}
+    pub fn unwind_info(_code: usize, _len: usize) -> [u8; super::UNWIND_BYTES] {
+        [0; super::UNWIND_BYTES]
+    }
+}
+
+/// Bytes of a stub page's unwind info ([`sled::unwind_info`]; none where it is all zero), kept
+/// at UNWIND_AT in the page.
+const UNWIND_BYTES: usize = 64;
+const UNWIND_AT: usize = 128;
+const _: () = assert!(3 * sled::STUB_BYTES <= UNWIND_AT && UNWIND_AT + UNWIND_BYTES <= 4096);
+
+/// Stub pages' unwind info not given to the unwinder yet (0: free).
+static UNWIND_PENDING: [AtomicUsize; MAX_OBJECTS] = [const { AtomicUsize::new(0) }; MAX_OBJECTS];
+
+/// Gives the unwinder (libgcc's `__register_frame`) the unwind info of the stub pages made
+/// since the last call. Only where `dlopen` is safe to call: at load and after a dlopen the
+/// wrapper made — never from the paths a signal handler can take (a page made elsewhere, for
+/// an object first seen at exit, dlclose or instrfn_start, waits for the next of these). Where libgcc_s is not loaded yet it is loaded
+/// (glibc's backtrace() loads it too, at its first call); a static program without a dynamic
+/// loader, or an unwinder without `__register_frame`, gets none: a walk from inside a stub
+/// stops there.
+fn register_unwind_info() {
+    let mut register: Option<unsafe extern "C" fn(*const u8)> = None;
+    for p in &UNWIND_PENDING {
+        if p.load(Ordering::Relaxed) == 0 {
+            continue;
+        }
+        if register.is_none() {
+            register = register_frame_fn();
+            if register.is_none() {
+                return;
+            }
+        }
+        let at = p.swap(0, Ordering::Relaxed);
+        if let (Some(f), true) = (register, at != 0) {
+            // SAFETY: `at` is a complete .eh_frame list (CIE, FDE, terminator) in a stub page
+            // that stays mapped for the life of the process, as __register_frame requires.
+            unsafe { f(at as *const u8) };
+        }
+    }
+}
+
+/// libgcc's `__register_frame`, from the loaded libgcc_s or one loaded now (None if there is
+/// none). Looked up once.
+fn register_frame_fn() -> Option<unsafe extern "C" fn(*const u8)> {
+    static FOUND: AtomicUsize = AtomicUsize::new(0); // 1: looked, none
+    let mut f = FOUND.load(Ordering::Relaxed);
+    if f == 0 {
+        // SAFETY: dlsym/dlopen with NUL-terminated names, where the caller says it is safe;
+        // the loader's own dlopen (RTLD_NEXT), not this library's wrapper.
+        f = unsafe {
+            let mut sym = libc::dlsym(libc::RTLD_DEFAULT, c"__register_frame".as_ptr());
+            if sym.is_null() {
+                let open = libc::dlsym(libc::RTLD_NEXT, c"dlopen".as_ptr());
+                if !open.is_null() {
+                    let open: unsafe extern "C" fn(
+                        *const libc::c_char,
+                        libc::c_int,
+                    ) -> *mut libc::c_void = core::mem::transmute(open);
+                    let h = open(c"libgcc_s.so.1".as_ptr(), libc::RTLD_NOW);
+                    if !h.is_null() {
+                        sym = libc::dlsym(h, c"__register_frame".as_ptr());
+                    }
+                }
+            }
+            // A lookup that failed left its message for dlerror(): taken, so that the program's
+            // next dlerror() says what it would have said without us (nothing: this runs at
+            // load and after a dlopen of the program's that succeeded).
+            libc::dlerror();
+            if sym.is_null() { 1 } else { sym as usize }
+        };
+        FOUND.store(f, Ordering::Relaxed);
+    }
+    // SAFETY: a function of this signature (libgcc's unwind-dw2-fde.c).
+    (f > 1).then(|| unsafe { core::mem::transmute::<usize, unsafe extern "C" fn(*const u8)>(f) })
 }
 
 /// Whether this architecture's sleds are patched.
@@ -491,6 +611,7 @@ pub fn on_load(config: &crate::config::Config) {
     // Paused, the sleds are patched whether recording or not (INSTRFN_START=off included).
     WANTED.store(config.start || config.xray_pause, Ordering::Relaxed);
     note_objects();
+    register_unwind_info();
 }
 
 /// Recording starts (true) or stops (false) (instrfn_start/instrfn_stop, moncontrol): every
@@ -553,7 +674,8 @@ pub fn note_objects() {
 /// must be patched before it returns (src/runtime.rs `module_opened`; signals blocked, so
 /// nothing that holds the lock on this thread can be interrupted by it).
 pub fn note_objects_waiting() {
-    note(true)
+    note(true);
+    register_unwind_info();
 }
 
 fn note(wait: bool) {
@@ -1213,6 +1335,23 @@ fn stub_page(o: &mut Object) -> usize {
                 s.len(),
             )
         };
+    }
+    let unwind = sled::unwind_info(page, 3 * sled::STUB_BYTES);
+    if unwind.iter().any(|&b| b != 0) {
+        // SAFETY: inside the fresh page, after the stubs.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                unwind.as_ptr(),
+                (page + UNWIND_AT) as *mut u8,
+                UNWIND_BYTES,
+            )
+        };
+        if let Some(free) = UNWIND_PENDING
+            .iter()
+            .find(|p| p.load(Ordering::Relaxed) == 0)
+        {
+            free.store(page + UNWIND_AT, Ordering::Relaxed);
+        }
     }
     sled::flush(page, 4096);
     // SAFETY: our own page.

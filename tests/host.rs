@@ -501,11 +501,14 @@ fn trace_survives_a_traced_handler_at_every_instruction() {
                 panic!("{context}: {text}")
             };
             assert_eq!(handled + stopped + missed, N, "{context}: {text}");
-            // Walks that began in an XRay stub (two instructions at each sled, on a page with
-            // no unwind info) are the only ones not checked: at most the stubs' instructions
-            // of one call, and none in other builds.
-            let stub_steps = if xray && walk { 4 * 2 } else { 0 };
-            assert!(in_stub <= stub_steps, "{context}: {text}");
+            // Walks that began in an XRay stub (two instructions at each sled, on the page
+            // instrfn maps near the code, whose unwind info it registers): checked like the
+            // others, and there are some (none in other builds).
+            if xray && walk {
+                assert!(in_stub >= 2, "{context}: {text}");
+            } else {
+                assert_eq!(in_stub, 0, "{context}: {text}");
+            }
             assert!(handled >= 80, "{context}: {text}");
             assert_eq!(stepped, N + 1, "{context}: {text}");
             let procs = instrfn_dump(&trace);
