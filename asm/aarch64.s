@@ -187,13 +187,19 @@
     .endm
 
 // STRIP dst, src: dst = src without a pointer authentication code (xpaclri works on x30
-//   only, and is a NOP without PAC). Uses x17; x30 comes back as it was.
+//   only, and is a NOP without PAC). Uses x17; x30 comes back as it was. In between, the CFI
+//   says the return address is in x17 (for the callers, where x30 has the default rule, the
+//   return address itself): a handler's walk from those instructions took x30's stand-in for
+//   it and went astray (tests/fixtures/c/bpsweep.c found it).
     .macro STRIP dst, src
     mov     x17, x30
+    .cfi_remember_state
+    .cfi_register x30, x17
     mov     x30, \src
     hint    #7                              // xpaclri
     mov     \dst, x30
     mov     x30, x17
+    .cfi_restore_state
     .endm
 
 // FAST_PATH name, kind, self

@@ -332,8 +332,7 @@ mod sled {
     pub const STUB_BYTES: usize = 32;
 
     /// `stp x0, x16, [sp, #-16]! ; ldr x0, #12 (table) ; ldr x16, #16 (trampoline) ; br x16`,
-    /// the two literals after it. (No unwind information covers it: an unwinder that starts
-    /// here stops.)
+    /// the two literals after it (its unwind info: [`unwind_info`]).
     pub fn stub(table: usize, target: usize) -> [u8; STUB_BYTES] {
         let mut s = [0u8; STUB_BYTES];
         s[0..4].copy_from_slice(&0xa9bf_43e0u32.to_le_bytes());
@@ -358,13 +357,39 @@ mod sled {
         ]
     }
 
-    /// After code at [at, at + len) changed through a data mapping: cleaned to the point of
-    /// unification, the instruction cache invalidated (line sizes from CTR_EL0).
-    /// No unwind info for the stubs here (README, "backtrace()").
-    pub fn unwind_info(_code: usize, _len: usize) -> [u8; super::UNWIND_BYTES] {
-        [0; super::UNWIND_BYTES]
+    /// Unwind info for the stubs at [code, code + len) (`STUB_BYTES` each), in `.eh_frame`
+    /// form for `__register_frame` (one CIE, an FDE per stub over its four instructions, the
+    /// zero terminator), so that a walk from inside a stub (a signal handler that interrupted
+    /// it) goes on: as the trampolines' own CFI does (asm/aarch64-xray.s), it gives the
+    /// function's return address — in x16 before the stub's `stp`, at CFA - 8 after it, the
+    /// CFA then sp + 16 — as this frame's, so the walk goes from the stub to the function's
+    /// caller (the function, at its sled, has no frame of its own yet, or no more).
+    pub fn unwind_info(code: usize, len: usize) -> [u8; super::UNWIND_BYTES] {
+        let mut e = [0u8; super::UNWIND_BYTES];
+        // CIE: length 20; id 0; version 1; "zR"; code alignment 4; data alignment -8; return
+        // address column 30 (x30); augmentation data: absolute FDE addresses; DW_CFA_def_cfa
+        // sp (31), 0; DW_CFA_register x30, x16; one DW_CFA_nop.
+        e[..24].copy_from_slice(&[
+            20, 0, 0, 0, 0, 0, 0, 0, 1, b'z', b'R', 0, 4, 0x78, 30, 1, 0, 0x0c, 31, 0, 0x09, 30,
+            16, 0,
+        ]);
+        let mut at = 24;
+        for stub in (code..code + len).step_by(STUB_BYTES) {
+            // FDE: length 28; CIE pointer (back to offset 0); pc_begin; pc_range 16; no
+            // augmentation data; DW_CFA_advance_loc 1 (past the stp), DW_CFA_def_cfa_offset 16,
+            // DW_CFA_offset x30, 1 * -8; two DW_CFA_nop.
+            e[at..at + 4].copy_from_slice(&28u32.to_le_bytes());
+            e[at + 4..at + 8].copy_from_slice(&(at as u32 + 4).to_le_bytes());
+            e[at + 8..at + 16].copy_from_slice(&(stub as u64).to_le_bytes());
+            e[at + 16..at + 24].copy_from_slice(&16u64.to_le_bytes());
+            e[at + 24..at + 32].copy_from_slice(&[0, 0x41, 0x0e, 16, 0x9e, 1, 0, 0]);
+            at += 32;
+        }
+        e
     }
 
+    /// After code at [at, at + len) changed through a data mapping: cleaned to the point of
+    /// unification, the instruction cache invalidated (line sizes from CTR_EL0).
     pub fn flush(at: usize, len: usize) {
         let ctr: u64;
         // SAFETY: CTR_EL0 is readable at EL0 on Linux; cache maintenance by address of our own
@@ -422,7 +447,7 @@ mod sled {
 
 /// Bytes of a stub page's unwind info ([`sled::unwind_info`]; none where it is all zero), kept
 /// at UNWIND_AT in the page.
-const UNWIND_BYTES: usize = 64;
+const UNWIND_BYTES: usize = 128;
 const UNWIND_AT: usize = 128;
 const _: () = assert!(3 * sled::STUB_BYTES <= UNWIND_AT && UNWIND_AT + UNWIND_BYTES <= 4096);
 
