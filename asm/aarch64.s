@@ -826,7 +826,10 @@ instrfn_aarch64_exit_take_back:
     stur    x13, [x10, #-8]
     b       6b
 .Lexit_slow:
-    .cfi_undefined x30
+    .cfi_undefined x30                      // (paths with and without the entry known come
+    .globl  instrfn_aarch64_exit_slow_entry // here: bpsweep.c leaves these 5 instructions out
+    .hidden instrfn_aarch64_exit_slow_entry // of its walk check)
+instrfn_aarch64_exit_slow_entry:
     // instrfn_aarch64_trace_exit(tls, sp = the function's CFA, x29): finds the returning
     // frame's entry, closes the ones above it, pops it, writes its exit, returns its original
     // return address

@@ -330,9 +330,10 @@ instrfn_s390x_\name:
     larl %r5,instrfn_s390x_exit
     stg %r5,8(%r15)                         # (it reloads r14 from here next)
     .endif
-    # From here until the function has saved r14 in its own frame (or reloaded it from 8(%r15)
-    # and saved it), the replaced return address is where no unwinder's walk can have the
-    # real one put back (README, "backtrace()"): bpsweep.c leaves these two out of its check.
+    # fentry: from here until the function has saved r14 in its own frame, the replaced return
+    # address is in a register, where no unwinder's walk can have the real one put back
+    # (README, "backtrace()"): bpsweep.c leaves these two out of its check. (mcount: in
+    # 8(%r15), which the walk wrappers restore too, src/arch/s390x.rs `second_slot`.)
     .globl instrfn_s390x_\name\()_hijacked
     .hidden instrfn_s390x_\name\()_hijacked
 instrfn_s390x_\name\()_hijacked:
@@ -772,7 +773,10 @@ instrfn_s390x_exit_take_back:
     stg %r0,8(%r1)
     j .Lexit_pop
 .Lexit_slow:
-    .cfi_undefined %r14
+    .cfi_undefined %r14                     # (paths with and without the entry known come
+    .globl instrfn_s390x_exit_slow_entry    # here: bpsweep.c leaves these 7 instructions out
+    .hidden instrfn_s390x_exit_slow_entry   # of its walk check)
+instrfn_s390x_exit_slow_entry:
     stmg %r2,%r3,16(%r15)                   # r2-r5 in the save area, as the slow path expects
     lghi %r1,0                              # no return address until the Rust side gives it
     lghi %r2,0

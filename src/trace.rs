@@ -1326,11 +1326,45 @@ fn after_unwinding(tls: &mut Tls, block: &ThreadBlock, slot: usize, inclusive: b
     let trampoline = arch::exit_trampoline();
     // (Not XRay frames: `ret` 0, their return address was never replaced.)
     for e in shadow_entries(tls).iter().filter(|e| live(e) && e.ret != 0) {
-        // SAFETY: the slot of a live frame of this thread (above the current one).
-        unsafe {
-            if *e.slot == e.ret {
-                *e.slot = trampoline;
-            }
+        // SAFETY: a live frame of this thread (above the current one).
+        unsafe { trampoline_back(e, trampoline) };
+    }
+}
+
+/// Where `e`'s frame holds its original return address (its slot, and its second word where
+/// the architecture has one: arch::second_slot), the exit trampoline goes back.
+///
+/// # Safety
+/// `e` is a live frame's entry (its slot, and the second word, in that frame).
+unsafe fn trampoline_back(e: &Shadow, trampoline: usize) {
+    // SAFETY: per the contract.
+    unsafe {
+        if *e.slot == e.ret {
+            *e.slot = trampoline;
+        }
+        if let Some(second) = arch::second_slot(e.slot as usize).map(|s| s as *mut usize)
+            && *second == e.ret
+        {
+            *second = trampoline;
+        }
+    }
+}
+
+/// Where `e`'s frame holds the exit trampoline (its slot, and its second word), the original
+/// return address goes back, for an unwinder's walk.
+///
+/// # Safety
+/// As [`trampoline_back`].
+unsafe fn original_back(e: &Shadow, trampoline: usize) {
+    // SAFETY: per the contract.
+    unsafe {
+        if *e.slot == trampoline {
+            *e.slot = e.ret;
+        }
+        if let Some(second) = arch::second_slot(e.slot as usize).map(|s| s as *mut usize)
+            && *second == trampoline
+        {
+            *second = e.ret;
         }
     }
 }
@@ -1351,11 +1385,7 @@ fn restore_return_addresses(tls: &mut Tls) {
     {
         // SAFETY: a return slot this thread's fast path replaced; if the frame is still there
         // it holds the trampoline, and the original goes back.
-        unsafe {
-            if *e.slot == trampoline {
-                *e.slot = e.ret;
-            }
-        }
+        unsafe { original_back(e, trampoline) };
     }
 }
 
@@ -1715,19 +1745,14 @@ extern "C" fn unwind_looked() {
     }
     tls.unwound = 0;
     let trampoline = arch::exit_trampoline();
-    // Not an entry still being pushed (slot 0: the walk began in a signal handler that
-    // interrupted its fast path), which restore_return_addresses left alone too.
-    // Nor an XRay frame's (ret 0: its return address was never replaced).
-    for e in shadow_entries(tls)
-        .iter()
-        .filter(|e| !in_progress(e) && e.ret != 0)
-    {
+    // Only live entries, as restore_return_addresses: not one still being pushed (slot 0: the
+    // walk began in a signal handler that interrupted its fast path), nor a tombstone (slot
+    // 1: its frame returned, under frames of another stack; `!in_progress` let it through,
+    // and its slot was read as an address), nor an XRay frame's (ret 0: its return address
+    // was never replaced).
+    for e in shadow_entries(tls).iter().filter(|e| live(e) && e.ret != 0) {
         // SAFETY: a live frame's return slot, holding its original address right now.
-        unsafe {
-            if *e.slot == e.ret {
-                *e.slot = trampoline;
-            }
-        }
+        unsafe { trampoline_back(e, trampoline) };
     }
 }
 

@@ -138,6 +138,18 @@ unsafe extern "C" {
     fn instrfn_s390x_exit();
 }
 
+/// A second word that holds a replaced return address for a while: for mcount code, whose
+/// slot is the function's r14 save slot 112(%r15), the word 8(%r15) its `-pg` sequence reloads
+/// r14 from right after `_mcount` returns (gcc `stg %r14,8(%r15); brasl %r14,_mcount; lg
+/// %r14,8(%r15)`), where the entry trampoline put the exit trampoline's address: until the
+/// reload, an unwinder reads the return address there (the function's CFI says so). The walk
+/// wrappers put the original back there too when it holds the trampoline (src/trace.rs
+/// `restore_return_addresses`), and the trampoline back after the walk if they did. For fentry
+/// code, and mcount code after the reload, the word is no longer read: writing it is harmless.
+pub fn second_slot(slot: usize) -> Option<usize> {
+    Some(slot - 104)
+}
+
 /// The address an instrumented function returns to in trace mode.
 pub fn exit_trampoline() -> usize {
     instrfn_s390x_exit as *const () as usize

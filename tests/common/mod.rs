@@ -1474,20 +1474,34 @@ pub fn bpsweep_rounds(arch: Arch, dir: &Path, how: Sweep, rounds: &[SweepRound])
             // (Not riscv64's instrfn_riscv64_cyg_trace_enter/exit: the slow routine calls
             // them with signals blocked, where a breakpoint's trap would kill the process.)
         ],
+        // (The hidden labels inside the trampolines start blocks of their own in the listing:
+        // each is named, or its instructions would drop out of the sweep; checked below.)
         Sweep::Fentry => vec![
             "__fentry__".to_string(),
             format!("instrfn_{a}_fentry"),
+            format!("instrfn_{a}_fentry_hijacked"),
             base_name.clone(),
+            format!("instrfn_{a}_exit_ours"),
             format!("instrfn_{a}_exit_take_back"),
+            format!("instrfn_{a}_exit_slow_entry"),
         ],
         Sweep::Mcount => vec![
             "_mcount".to_string(),
             "mcount".to_string(),
             format!("instrfn_{a}_mcount"),
+            format!("instrfn_{a}_mcount_hijacked"),
             base_name.clone(),
+            format!("instrfn_{a}_exit_ours"),
             format!("instrfn_{a}_exit_take_back"),
+            format!("instrfn_{a}_exit_slow_entry"),
         ],
     };
+    // Labels that do start routines (or parts) left out on purpose: the slow exits, which block
+    // signals (a breakpoint's trap there would kill the process).
+    let left_out = [
+        format!("instrfn_{a}_exit_slow"),
+        format!("instrfn_{a}_exit_slow_part"),
+    ];
     let (mut base, mut current, mut addrs) = (None, String::new(), Vec::new());
     for line in listing.lines() {
         if let Some((addr, rest)) = line.split_once(" <")
@@ -1497,6 +1511,14 @@ pub fn bpsweep_rounds(arch: Arch, dir: &Path, how: Sweep, rounds: &[SweepRound])
             if current == base_name {
                 base = Some(a);
             }
+            let inside = swept
+                .iter()
+                .any(|s| current.len() > s.len() + 1 && current.starts_with(&format!("{s}_")));
+            assert!(
+                !inside || swept.contains(&current) || left_out.contains(&current),
+                "{current}: a label inside a swept routine, not in bpsweep's list (its \
+                 instructions would not be swept)"
+            );
             continue;
         }
         if swept.contains(&current)
