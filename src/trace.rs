@@ -1338,16 +1338,7 @@ fn after_unwinding(tls: &mut Tls, block: &ThreadBlock, slot: usize, inclusive: b
 /// `e` is a live frame's entry (its slot, and the second word, in that frame).
 unsafe fn trampoline_back(e: &Shadow, trampoline: usize) {
     // SAFETY: per the contract.
-    unsafe {
-        if *e.slot == e.ret {
-            *e.slot = trampoline;
-        }
-        if let Some(second) = arch::second_slot(e.slot as usize).map(|s| s as *mut usize)
-            && *second == e.ret
-        {
-            *second = trampoline;
-        }
-    }
+    unsafe { swap_words(e, e.ret, trampoline) }
 }
 
 /// Where `e`'s frame holds the exit trampoline (its slot, and its second word), the original
@@ -1357,14 +1348,23 @@ unsafe fn trampoline_back(e: &Shadow, trampoline: usize) {
 /// As [`trampoline_back`].
 unsafe fn original_back(e: &Shadow, trampoline: usize) {
     // SAFETY: per the contract.
-    unsafe {
-        if *e.slot == trampoline {
-            *e.slot = e.ret;
-        }
-        if let Some(second) = arch::second_slot(e.slot as usize).map(|s| s as *mut usize)
-            && *second == trampoline
-        {
-            *second = e.ret;
+    unsafe { swap_words(e, trampoline, e.ret) }
+}
+
+/// Each word of `e`'s frame that holds its return address (the slot, the second word) and
+/// reads `from` is set to `to`.
+///
+/// # Safety
+/// As [`trampoline_back`].
+unsafe fn swap_words(e: &Shadow, from: usize, to: usize) {
+    let slot = e.slot as usize;
+    for word in core::iter::once(slot).chain(arch::second_slot(slot)) {
+        let word = word as *mut usize;
+        // SAFETY: per the contract, a word of a live frame.
+        unsafe {
+            if *word == from {
+                *word = to;
+            }
         }
     }
 }
