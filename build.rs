@@ -24,6 +24,9 @@ fn main() {
             .file("src/interpose.c")
             .flag("-fno-instrument-functions")
             .flag("-fno-stack-protector")
+            // Unwind tables: the backtrace and unwinder wrappers are on the stack while the
+            // real ones walk it (riscv64's gcc makes none by default: a walk stopped there).
+            .flag("-fasynchronous-unwind-tables")
             .cargo_metadata(false)
             .compile("instrfn_interpose");
         let out = std::env::var("OUT_DIR").unwrap();

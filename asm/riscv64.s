@@ -801,10 +801,23 @@ instrfn_riscv64_slow:
 #   Executed (qemu -singlestep -d exec): the fast part, 41 instructions to the original return
 #   address (37 before the INSTRFN_MIN_DURATION test); 56 when it takes a short call's entry
 #   back (counted from the code: 48 before it reserved its exit first).
-#   The CFI marks the return address undefined: an unwinder that reaches this trampoline stops
-#   here (the unwinder entry points are wrapped to put the real return addresses back first).
+#   The CFI (for a walk from a signal handler that interrupted us, e.g. a sampler's or a crash
+#   reporter's backtrace()): CFA = sp throughout the fast part (the function's CFA, so the
+#   caller's frame unwinds as at a plain return). Once the newest shadow entry is known to be
+#   the returning frame's (instrfn_riscv64_exit_ours), the caller's return address is
+#   described as saved in it, at [t4 + SH_RET] (RETURN_ADDRESS_IN_ENTRY), then as in t1 once
+#   loaded (a handler may reuse the entry after it is popped). Before that, and in the slow
+#   part, it is undefined: a walk stops here (the returning frame's slot lies below sp, where
+#   the signal frame is, so the runtime's backtrace wrappers cannot put it back there).
 #   The nop before the label puts a return address that points at the label (looked up as
 #   address - 1) inside this FDE.
+# RETURN_ADDRESS_IN_ENTRY: CFI, the caller's return address (ra, DWARF register 1) is saved at
+#   [t4 + SH_RET]: DW_CFA_expression ra, DW_OP_breg29 (t4 = x29) SH_RET (a one-byte SLEB128:
+#   src/trace.rs asserts it).
+    .macro RETURN_ADDRESS_IN_ENTRY
+    .cfi_escape 0x10, 1, 2, 0x8d, {SH_RET}
+    .endm
+
     .p2align 2
     .globl instrfn_riscv64_exit
     .hidden instrfn_riscv64_exit
@@ -824,6 +837,10 @@ instrfn_riscv64_exit:
     ld t1, {SH_SLOT}(t4)
     addi t2, sp, -8                        # our return slot
     bne t1, t2, .Lexit_slow                # frames left behind by longjmp: the slow path
+    .globl instrfn_riscv64_exit_ours       # (tests/fixtures/c/bpsweep.c: from here on a walk
+    .hidden instrfn_riscv64_exit_ours      # reaches the real caller)
+instrfn_riscv64_exit_ours:
+    RETURN_ADDRESS_IN_ENTRY
     ld t5, {SH_FN}(t4)                     # the function that returned
     ld t1, {TLS_GUARD}(t0)
     bnez t1, .Lexit_pop                    # runtime code running: no event
@@ -841,11 +858,13 @@ instrfn_riscv64_exit:
     # Popped after the event: until here a handler that interrupts us finds the entry intact
     # (it pushes and pops above it).
     ld t1, {SH_RET}(t4)                    # return there
+    .cfi_register ra, t1                   # (from here on a handler may reuse the entry)
     sd zero, {SH_SLOT}(t4)                 # free entries have slot 0 (a handler that comes now
                                            # takes it for one being pushed: alive)
     sd t4, {TLS_SHADOW_TOP}(t0)            # popped
     mv ra, t1                              # as a plain return leaves it
     jr t1                                  # not `ret` (see above)
+    RETURN_ADDRESS_IN_ENTRY                # (below: t4 = the entry, as above)
 .Lexit_short:
     # INSTRFN_MIN_DURATION (asm/x86_64.s .Lexit_short): a call shorter than instrfn_min_ticks
     # whose entry is still the thread's newest event (its callees, if any, were short too and
@@ -902,6 +921,7 @@ instrfn_riscv64_exit_take_back:
     sd t6, 8-{EV_BYTES}(t1)
     j .Lexit_pop
 .Lexit_slow:
+    .cfi_undefined ra                      # (reached before the entry is known, and after)
     .globl instrfn_riscv64_exit_slow_part   # (a symbol of its own: tests/fixtures/c/bpsweep.c
     .hidden instrfn_riscv64_exit_slow_part  # puts breakpoints only where signals are not
 instrfn_riscv64_exit_slow_part:             # blocked)

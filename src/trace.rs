@@ -60,7 +60,8 @@ struct Shadow {
     _spare: usize,
 }
 const _: () = assert!(core::mem::size_of::<Shadow>() == SH_BYTES);
-// asm/aarch64.s and asm/s390x.s write SH_RET into their CFI as a one-byte SLEB128.
+// asm/aarch64.s, asm/riscv64.s and asm/s390x.s write SH_RET into their CFI as a one-byte
+// SLEB128.
 const _: () = assert!(SH_RET < 64);
 
 /// Bytes of a chunk header (docs/trace-format.md).

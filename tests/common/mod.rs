@@ -1448,7 +1448,11 @@ pub fn bpsweep_rounds(arch: Arch, dir: &Path, how: Sweep, rounds: &[SweepRound])
             Sweep::Fentry => &["-pg", "-mfentry"],
             _ => &["-pg"],
         };
-        let mut args: Vec<&OsStr> = vec![OsStr::new("-O2")];
+        // (Unwind tables for the handler's walk: riscv64's gcc makes none by default.)
+        let mut args: Vec<&OsStr> = vec![
+            OsStr::new("-O2"),
+            OsStr::new("-fasynchronous-unwind-tables"),
+        ];
         args.extend(flags.iter().map(OsStr::new));
         args.extend([OsStr::new("-c"), source.as_os_str()]);
         cc(arch, &args, &obj);
@@ -1556,11 +1560,7 @@ pub fn bpsweep_rounds(arch: Arch, dir: &Path, how: Sweep, rounds: &[SweepRound])
         let l = list.display().to_string();
         let mut args = vec![l.as_str(), r];
         if walk {
-            args.push("walk");
-            if arch.name != "riscv64" {
-                // The walks must reach main (bpsweep.c; not on riscv64).
-                args.push("check");
-            }
+            args.extend(["walk", "check"]); // the walks must reach main (bpsweep.c)
         }
         let out = run_exe(arch, &exe, &args, &env, dir);
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -1610,10 +1610,7 @@ pub fn bpsweep_rounds(arch: Arch, dir: &Path, how: Sweep, rounds: &[SweepRound])
         let gmon = dir.join("gmon.out");
         let _ = std::fs::remove_file(&gmon);
         let l = list.display().to_string();
-        let mut args = vec![l.as_str(), "40", "walk"];
-        if arch.name != "riscv64" {
-            args.push("check"); // the walks reach main (bpsweep.c)
-        }
+        let args = [l.as_str(), "40", "walk", "check"]; // the walks reach main (bpsweep.c)
         let out = run_exe(arch, &exe, &args, &[], dir);
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let words = numbers_of(&text);
