@@ -2,7 +2,7 @@
 """Checks instrfn's per-function call counts against valgrind's callgrind, in the same run.
 
     scripts/callgrind-check.py [--instrfn PATH] [--lib PATH] [--keep DIR] [--env K=V ...]
-                               [--sort-output] -- BIN ARGS...
+                               [--sort-output] [--separate] -- BIN ARGS...
 
 1. runs BIN plainly and keeps its stdout;
 2. runs it under callgrind (`--smc-check=all`, so callgrind follows code that instrfn patches
@@ -16,7 +16,12 @@
 
 Meant for traces whose exits replace no return address (XRay sleds, -finstrument-functions):
 mcount/fentry trace mode's exit trampoline returns into callers with a jump, which callgrind's
-call tracking takes for calls of their own.
+call tracking takes for calls of their own. For those, `--separate` runs callgrind on the
+program without instrfn (the mcount calls then go to glibc's: they count nothing, or gcrt's
+arcs where the program links gcrt, as rustc's builds do, never calls of BIN's functions) and
+the traced run without valgrind: the counts of a program that makes the
+same calls in every run (whatever its threads' interleaving) must then agree too; a function
+whose calls depend on the run (a HashMap's random order) shows up as differing.
 
 Prints one summary line and exits 0 when every function instrfn recorded has callgrind's count
 and the output is unchanged, 1 otherwise, 2 on a setup problem.
@@ -25,6 +30,7 @@ and the output is unchanged, 1 otherwise, 2 on a setup problem.
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -111,6 +117,8 @@ def main():
     ap.add_argument("--env", action="append", default=[], help="K=V for the traced run")
     ap.add_argument("--sort-output", action="store_true",
                     help="compare the outputs' lines sorted (a program whose threads print in any order)")
+    ap.add_argument("--separate", action="store_true",
+                    help="callgrind and instrfn in two runs (mcount/fentry traces)")
     ap.add_argument("--show", type=int, default=10, help="list this many mismatches")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     a = ap.parse_args()
@@ -136,17 +144,31 @@ def main():
     for kv in a.env:
         k, _, v = kv.partition("=")
         env[k] = v
-    traced = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--smc-check=all", "--demangle=no", "--separate-recs=1",
-         f"--callgrind-out-file={out}", "--"] + cmd,
-        capture_output=True, env=env)
+    callgrind = ["valgrind", "--tool=callgrind", "--smc-check=all", "--demangle=no",
+                 "--separate-recs=1", f"--callgrind-out-file={out}", "--"]
+    if a.separate:
+        # A program linked with gcrt (rustc's -Zinstrument-mcount links it) runs glibc's
+        # profiling timer; under valgrind a SIGPROF can come after gcrt's exit code put the
+        # handler back to the default, which kills the program (1 run in 3 here). Ignored at
+        # exec, it is what gcrt restores.
+        def no_sigprof():
+            signal.signal(signal.SIGPROF, signal.SIG_IGN)
+        runs = [("callgrind", subprocess.run(callgrind + cmd, capture_output=True,
+                                             preexec_fn=no_sigprof)),
+                ("instrfn", subprocess.run(cmd, capture_output=True, env=env))]
+    else:
+        runs = [("instrfn+callgrind", subprocess.run(callgrind + cmd, capture_output=True, env=env))]
+
     def lines(b):
         return sorted(b.splitlines()) if a.sort_output else b
-    if lines(traced.stdout) != lines(plain.stdout) or traced.returncode != plain.returncode:
-        print(f"callgrind-check: output changed under instrfn+callgrind "
-              f"(status {plain.returncode} -> {traced.returncode})")
-        sys.stderr.write(traced.stderr.decode(errors="replace")[-2000:])
-        sys.exit(1)
+    for what, run in runs:
+        if lines(run.stdout) != lines(plain.stdout) or run.returncode != plain.returncode:
+            print(f"callgrind-check: output changed under {what} "
+                  f"(status {plain.returncode} -> {run.returncode})")
+            sys.stderr.write(run.stderr.decode(errors="replace")[-2000:])
+            sys.exit(1)
+    if not os.path.exists(out):
+        die("callgrind wrote no output")
     rep = subprocess.run([a.instrfn, "report", "--format", "json", "--no-demangle",
                           "--limit", "0", trace], capture_output=True)
     if rep.returncode:

@@ -1,7 +1,8 @@
 //! An independent reference for call counts: valgrind's callgrind, in the same run
 //! (scripts/callgrind-check.py: callgrind with `--smc-check=all` follows the code instrfn
-//! patches while the program runs). Every function instrfn records must have callgrind's exact
-//! count, and the program's output must be unchanged.
+//! patches while the program runs), or for mcount/fentry traces in a run of its own
+//! (`--separate`). Every function instrfn records must have callgrind's exact count, and the
+//! program's output must be unchanged.
 
 mod common;
 
@@ -71,4 +72,53 @@ fn finstrument_functions_counts_equal_callgrinds() {
     let summary = callgrind_check(&[exe.to_str().unwrap(), "4", "3000"], &[]);
     // main, run, a, b, c.
     assert_eq!(matched(&summary), (5, 5), "{summary}");
+}
+
+/// mcount trace mode (preloaded) on a Rust program built with `-Zinstrument-mcount` and no
+/// instrfn dependency (xray-app, built for mcount here): callgrind counts a run without instrfn
+/// (`--separate`: the exit trampoline's jumps back into callers would confuse its call
+/// tracking), instrfn a run of its own; the program makes the same calls in every run, std's
+/// generics instantiated in the crate and the frames a caught panic unwinds included.
+#[test]
+fn mcount_trace_rust_counts_equal_callgrinds() {
+    let flags = instrument_flags("mcount");
+    let bin = build_rust_fixture("xray-app", X86_64.triple, "xray-app", &flags, "-mcount");
+    let bin = bin.to_str().unwrap();
+    for args in [&["4", "2000"][..], &["panic", "20", "6"]] {
+        let mut cmd = vec![bin];
+        cmd.extend_from_slice(args);
+        let summary = callgrind_check(&cmd, &["--separate"]);
+        let (same, all) = matched(&summary);
+        // main, worker, work_a, work_b (or dive and after) and std's generics.
+        assert!(same == all && all >= 4, "{args:?}: {summary}");
+    }
+}
+
+/// gcc `-pg` and `-pg -mfentry` code in trace mode (calltree.c, 4 threads, linked without gcrt:
+/// callgrind's run calls glibc's mcount and __fentry__, which do nothing), as above.
+#[test]
+fn mcount_and_fentry_trace_counts_equal_callgrinds() {
+    let dir = workdir("callgrind-pg");
+    for (name, flags) in [("pg", &["-pg"][..]), ("fentry", &["-pg", "-mfentry"])] {
+        let obj = dir.join(format!("calltree-{name}.o"));
+        let exe = dir.join(format!("calltree-{name}"));
+        run_ok(
+            Command::new("gcc")
+                .args(["-O1", "-c"])
+                .args(flags)
+                .arg(fixture("c/calltree.c"))
+                .arg("-o")
+                .arg(&obj),
+        );
+        run_ok(
+            Command::new("gcc")
+                .arg(&obj)
+                .arg("-o")
+                .arg(&exe)
+                .arg("-lpthread"),
+        );
+        let summary = callgrind_check(&[exe.to_str().unwrap(), "4", "3000"], &["--separate"]);
+        // main, run, a, b, c.
+        assert_eq!(matched(&summary), (5, 5), "{name}: {summary}");
+    }
 }
