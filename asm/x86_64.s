@@ -556,19 +556,25 @@ instrfn_x86_64_\name:
 #   returning frame's (`.Lexit_ours`), so that from there on an unwinder goes on into the real
 #   caller (tests/fixtures/c/sweep.c checks it at every instruction). Before that the word holds
 #   what the function's ret consumed, this trampoline's own address: an unwinder takes it for
-#   the caller and stops there, at the nop before the label, whose CFI marks the return address
-#   undefined (the same for a return address that points at the label, looked up as address
-#   - 1). A handler's walk in between may put the trampoline back into the frame (src/trace.rs
-#   `after_unwinding`, the entry still being alive): `.Lexit_pop` stores the original again,
-#   before and after it frees the entry.
+#   the caller. A handler's walk in between may put the trampoline back into the frame
+#   (src/trace.rs `after_unwinding`, the entry still being alive): `.Lexit_pop` stores the
+#   original again, before and after it frees the entry.
+#   A return address that points at the label (a replaced one, which an unwinder walking up
+#   from a deeper frame meets) is looked up as address - 1: the nop before the label, which no
+#   FDE of this file covers. Where the program's unwinder cannot be wrapped (musl: linked
+#   statically), the runtime registers an FDE for it (src/unwind_info.rs) that finds the
+#   original return address in the shadow stack, so that a panic unwinds through natively;
+#   without one a walk stops there.
     .p2align 4
+    .globl instrfn_x86_64_return_pad
+    .hidden instrfn_x86_64_return_pad
+instrfn_x86_64_return_pad:
+    nop
     .globl instrfn_x86_64_exit
     .hidden instrfn_x86_64_exit
     .type instrfn_x86_64_exit,@function
-    .cfi_startproc
-    .cfi_undefined %rip
-    nop
 instrfn_x86_64_exit:
+    .cfi_startproc
     .cfi_def_cfa %rsp, 0                    # CFA_f, the return address below it (see above)
     .cfi_offset %rip, -8
     subq $8, %rsp
@@ -880,3 +886,18 @@ instrfn_call_on_stack:
     ret
     .cfi_endproc
     .size instrfn_call_on_stack, .-instrfn_call_on_stack
+
+# instrfn_register_frame_address(): the address of the unwinder's __register_frame if the
+#   program links one, else 0 (a weak reference: a static musl program links its unwinder, and
+#   the object that defines it, whenever anything in the program walks stacks). Clobbers rax.
+    .weak __register_frame
+    .p2align 4
+    .globl instrfn_register_frame_address
+    .hidden instrfn_register_frame_address
+    .type instrfn_register_frame_address,@function
+instrfn_register_frame_address:
+    .cfi_startproc
+    movq __register_frame@GOTPCREL(%rip), %rax
+    ret
+    .cfi_endproc
+    .size instrfn_register_frame_address, .-instrfn_register_frame_address

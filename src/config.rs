@@ -71,10 +71,20 @@ const MIN_BUFSIZE: usize = 4096;
 const MAX_BUFSIZE: usize = 1 << 30;
 pub const DEFAULT_DEPTH: usize = 4096;
 /// Exits are traced by default where the unwinder can be wrapped (glibc: it is libgcc_s,
-/// dynamic). A musl program links its unwinder statically, which walks into the exit
-/// trampoline when a panic or exception unwinds: there trace mode records entries only unless
-/// INSTRFN_EXITS=on (safe for programs that never unwind).
+/// dynamic), and on x86_64 musl where the program links an unwinder that takes registered
+/// unwind info (src/unwind_info.rs: a panic unwinds through the exit trampoline natively). A
+/// musl program without one, or on another architecture, links its unwinder statically, which
+/// would stop at the exit trampoline when a panic or exception unwinds: there trace mode
+/// records entries only unless INSTRFN_EXITS=on (safe for programs that never unwind).
 const EXITS_BY_DEFAULT: bool = cfg!(target_env = "gnu");
+
+fn exits_by_default() -> bool {
+    #[cfg(all(target_arch = "x86_64", target_env = "musl"))]
+    if crate::unwind_info::available() {
+        return true;
+    }
+    EXITS_BY_DEFAULT
+}
 const MAX_DEPTH: usize = 1 << 20;
 pub const MAX_HZ: u32 = 100_000;
 pub const DEFAULT_MAX_ARCS: usize = 1 << 20;
@@ -112,6 +122,7 @@ impl Config {
     /// Reads every setting from the environment.
     pub fn from_env() -> Config {
         let mut c = Config::DEFAULT;
+        c.exits = exits_by_default();
         if sys::secure_mode() {
             return c;
         }
@@ -251,7 +262,7 @@ impl Config {
                     "INSTRFN_EXITS",
                     v,
                     format_args!("on or off (also 1/0, yes/no, true/false)"),
-                    format_args!("{}", if EXITS_BY_DEFAULT { "on" } else { "off" }),
+                    format_args!("{}", if exits_by_default() { "on" } else { "off" }),
                 ),
             }
         }

@@ -50,6 +50,8 @@ mod runtime;
 mod sampler;
 mod thread;
 mod trace;
+#[cfg(all(target_arch = "x86_64", target_env = "musl"))]
+mod unwind_info;
 mod xray;
 
 pub use runtime::{

@@ -148,6 +148,12 @@ extern "C" fn on_load() {
         let config = EARLY_CONFIG.call_once(Config::from_env);
         if config.trace {
             crate::xray::on_load(config);
+            // Unwinders walk through the exit trampoline natively (this one runs before any
+            // return address is replaced, and outside any signal handler).
+            #[cfg(all(target_arch = "x86_64", target_env = "musl"))]
+            if config.exits {
+                crate::unwind_info::register(config.max_depth);
+            }
         }
     }
     #[cfg(all(

@@ -125,6 +125,20 @@ pub struct ThreadBlock {
 
 /// Head of the registry: every block ever made, newest first. Blocks are never freed.
 static BLOCKS: AtomicPtr<ThreadBlock> = AtomicPtr::new(ptr::null_mut());
+
+/// The registry's layout, for code that walks it without Rust (src/unwind_info.rs): the
+/// address of its head, and the offsets of a block's `next` and of its shadow stack mapping.
+#[cfg_attr(
+    not(all(target_arch = "x86_64", target_env = "musl")),
+    allow(dead_code)
+)]
+pub fn registry_layout() -> (usize, usize, usize) {
+    (
+        ptr::addr_of!(BLOCKS) as usize,
+        core::mem::offset_of!(ThreadBlock, next),
+        core::mem::offset_of!(ThreadBlock, trace) + crate::trace::BlockTrace::SHADOW_OFFSET,
+    )
+}
 /// Number of blocks in the registry.
 static BLOCK_COUNT: AtomicUsize = AtomicUsize::new(0);
 /// Set once a thread could not register for the exit destructor: from then on a new thread

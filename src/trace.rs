@@ -140,6 +140,9 @@ pub struct BlockTrace {
 }
 
 impl BlockTrace {
+    /// Where `shadow` is (src/unwind_info.rs reads it).
+    pub const SHADOW_OFFSET: usize = core::mem::offset_of!(BlockTrace, shadow);
+
     pub const fn new() -> BlockTrace {
         BlockTrace {
             chunk: AtomicUsize::new(0),
@@ -743,6 +746,18 @@ pub fn thread_started(tls: &mut Tls, block: &ThreadBlock) {
     if shadow == 0 {
         shadow = sys::map_zeroed(depth * SH_BYTES).map_or(0, |p| p.as_ptr() as usize);
         t.shadow.store(shadow, Ordering::Relaxed);
+    }
+    // Entries a previous owner left (an orphaned block: its thread's exit was never
+    // reported) are cleared: free entries have slot 0 (SHADOW_RESERVE, src/unwind_info.rs).
+    let mut e = shadow;
+    while shadow != 0 && e < shadow + depth * SH_BYTES {
+        // SAFETY: an entry of the block's shadow mapping, which this thread now owns.
+        let slot = unsafe { &mut (*(e as *mut Shadow)).slot };
+        if slot.is_null() {
+            break;
+        }
+        *slot = ptr::null_mut();
+        e += SH_BYTES;
     }
     tls.shadow_base = shadow;
     tls.shadow_top = shadow;

@@ -1893,10 +1893,11 @@ pub fn cross_cpp_exception_runs(
 }
 
 /// rust-app `exe` (built for `arch` with [`build_instrumented_rust`]) run `panic 5 4`, `resume
-/// 5 4` and `backtrace 4` in `dir`, without instrfn and in trace mode (into `<dir>/trace`):
-/// Rust panics caught by catch_unwind, resume_unwind, and std's Backtrace through instrumented
-/// frames. The same output, a balanced trace, and dive's frames (25 per panicking run, 5 for
-/// the backtrace) all entered and, with `exits`, all closed (unwound by the panics, returning
+/// 5 4`, `backtrace 4` and `tpanic 4 50 4` in `dir`, without instrfn and in trace mode (into
+/// `<dir>/trace`): Rust panics caught by catch_unwind, resume_unwind, std's Backtrace, and
+/// panics on 4 threads at once, through instrumented frames. The same output, a balanced trace,
+/// and dive's frames (25 per panicking run, 5 for the backtrace, 1000 for the threads) all
+/// entered and, with `exits`, all closed (unwound by the panics, returning
 /// after the backtrace); without `exits` (where trace mode records entries only) all entries
 /// without exit.
 pub fn rust_panic_runs(arch: Arch, exe: &Path, dir: &Path, label: &str, exits: bool) {
@@ -1904,6 +1905,7 @@ pub fn rust_panic_runs(arch: Arch, exe: &Path, dir: &Path, label: &str, exits: b
         &["panic", "5", "4"][..],
         &["resume", "5", "4"][..],
         &["backtrace", "4"][..],
+        &["tpanic", "4", "50", "4"][..],
     ] {
         let context = format!("{label} {}", args.join(" "));
         let plain = run_exe(arch, exe, args, &[], dir);
@@ -1920,10 +1922,10 @@ pub fn rust_panic_runs(arch: Arch, exe: &Path, dir: &Path, label: &str, exits: b
             .find(|(_, n)| n.contains("rust_app4dive"))
             .map(|(_, n)| n.clone())
             .unwrap_or_else(|| panic!("{context}: no dive events: {counts:?}"));
-        let (frames, closed) = if args[0] == "backtrace" {
-            (5, "exit")
-        } else {
-            (25, "unwound")
+        let (frames, closed) = match args[0] {
+            "backtrace" => (5, "exit"),
+            "tpanic" => (4 * 50 * 5, "unwound"), // 4 threads x 50 panics x 5 frames
+            _ => (25, "unwound"),
         };
         if exits {
             assert_eq!(count_of(&counts, "entry", &dive), frames, "{context}");
