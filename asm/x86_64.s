@@ -41,6 +41,15 @@
     # Shared data (instrfn_tls, instrfn_enabled, instrfn_all_signals) is in asm/data.s.
 
     .data
+    # The return address trace mode puts into a frame: instrfn_x86_64_exit, or (x86_64 musl,
+    # src/unwind_info.rs) a thunk on a page of its own that jumps there, whose unwind info the
+    # program's unwinder finds without scanning the program's (set at load, before any return
+    # address is replaced).
+    .p2align 3
+    .globl instrfn_x86_64_return_to
+    .hidden instrfn_x86_64_return_to
+instrfn_x86_64_return_to:
+    .quad instrfn_x86_64_exit
     # XSAVE parameters, found on first use by instrfn_x86_64_xsave_detect: the component mask
     # (0 = no XSAVE, use FXSAVE) and the area size (0 = not yet known). The mask is stored
     # before the size, so a thread that sees a size also sees its mask (x86 stores are ordered).
@@ -372,7 +381,7 @@ instrfn_x86_64_\name:
     movq (%rdi), %rdx                       # the original return address (= from_pc)
     movq %rdx, {SH_RET}(%rax)
     movq %rdi, {SH_SLOT}(%rax)                   # last: the entry is complete
-    leaq instrfn_x86_64_exit(%rip), %rdx
+    movq instrfn_x86_64_return_to(%rip), %rdx
     movq %rdx, (%rdi)                       # the function now returns to the exit trampoline
     .endif
     jmp .Lout_\name

@@ -68,18 +68,22 @@ pub fn counter() -> u64 {
 }
 
 unsafe extern "C" {
-    fn instrfn_x86_64_exit();
+    /// The address trace mode puts into a frame (asm/x86_64.s).
+    static instrfn_x86_64_return_to: usize;
 }
 
-/// The address an instrumented function returns to in trace mode.
 /// A second word that holds a replaced return address for a while (none here: see
 /// asm/s390x.s's [`second_slot`](crate::arch::second_slot)).
 pub fn second_slot(_slot: usize) -> Option<usize> {
     None
 }
 
+/// The address an instrumented function returns to in trace mode: instrfn_x86_64_exit, or the
+/// thunk that jumps there (src/unwind_info.rs).
 pub fn exit_trampoline() -> usize {
-    instrfn_x86_64_exit as *const () as usize
+    // SAFETY: a word written once at load (src/unwind_info.rs), before any return address is
+    // replaced; read as the fast paths read it.
+    unsafe { core::ptr::addr_of!(instrfn_x86_64_return_to).read_volatile() }
 }
 
 /// The body of a naked function that continues at `$f` with every register as it came.
