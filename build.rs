@@ -5,11 +5,27 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=asm");
     println!("cargo:rerun-if-changed=src/interpose.c");
+    println!("cargo::rustc-check-cfg=cfg(instrfn_wrapped)");
+    println!("cargo::rustc-check-cfg=cfg(instrfn_native_unwind)");
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
     let os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     let env = std::env::var("CARGO_CFG_TARGET_ENV").unwrap_or_default();
+    let features = std::env::var("CARGO_CFG_TARGET_FEATURE").unwrap_or_default();
+    let static_libc = features.split(',').any(|f| f == "crt-static");
     let supported =
         os == "linux" && matches!(arch.as_str(), "x86_64" | "aarch64" | "riscv64" | "s390x");
+    // instrfn_wrapped: libc and the unwinder are shared libraries (glibc, not linked with
+    // crt-static), whose entry points the runtime wraps (src/interpose.rs, src/interpose.c).
+    // Otherwise (musl, static glibc) they are linked into the program: nothing to wrap (the
+    // wrappers' names would clash with the static unwinder's), and on x86_64 the exit
+    // trampoline gets unwind info for the program's unwinder instead (instrfn_native_unwind,
+    // src/unwind_info.rs).
+    let wrapped = supported && env == "gnu" && !static_libc;
+    if wrapped {
+        println!("cargo:rustc-cfg=instrfn_wrapped");
+    } else if supported && arch == "x86_64" {
+        println!("cargo:rustc-cfg=instrfn_native_unwind");
+    }
     if !supported {
         println!(
             "cargo:warning=instrfn has no trampolines for {arch}-{os}: the crate builds, \
@@ -17,7 +33,7 @@ fn main() {
         );
         return;
     }
-    if env == "gnu" {
+    if wrapped {
         // Never instrumented: the wrappers run outside the runtime's guard, so a counting call
         // from one of them would count the runtime itself.
         cc::Build::new()

@@ -25,7 +25,7 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use crate::{runtime, sys};
 
 /// The signals taken, in this order (the bit of each in [`TAKEN`]).
-#[cfg(target_env = "gnu")]
+#[cfg(instrfn_wrapped)]
 const SIGNALS: [c_int; 5] = [
     libc::SIGSEGV,
     libc::SIGBUS,
@@ -33,7 +33,7 @@ const SIGNALS: [c_int; 5] = [
     libc::SIGFPE,
     libc::SIGABRT,
 ];
-#[cfg(not(target_env = "gnu"))]
+#[cfg(not(instrfn_wrapped))]
 const SIGNALS: [c_int; 3] = [libc::SIGILL, libc::SIGFPE, libc::SIGABRT];
 
 /// Bit i set while instrfn's handler is installed for `SIGNALS[i]`.
@@ -84,7 +84,7 @@ pub fn install() {
 
 /// Whether any fault handler needs a per-thread alternate stack.
 pub fn wants_alt_stack() -> bool {
-    TAKEN.load(Ordering::Relaxed) & 0b11 != 0 && cfg!(target_env = "gnu")
+    TAKEN.load(Ordering::Relaxed) & 0b11 != 0 && cfg!(instrfn_wrapped)
 }
 
 /// Gives the calling thread `stack` (ALT_STACK_BYTES) as its alternate signal stack, unless

@@ -33,15 +33,7 @@ mod config;
 mod crash;
 mod glob;
 mod gmon;
-#[cfg(all(
-    target_env = "gnu",
-    any(
-        target_arch = "x86_64",
-        target_arch = "aarch64",
-        target_arch = "riscv64",
-        target_arch = "s390x"
-    )
-))]
+#[cfg(instrfn_wrapped)]
 mod interpose;
 mod modules;
 mod process;
@@ -50,7 +42,7 @@ mod runtime;
 mod sampler;
 mod thread;
 mod trace;
-#[cfg(all(target_arch = "x86_64", target_env = "musl"))]
+#[cfg(instrfn_native_unwind)]
 mod unwind_info;
 mod xray;
 

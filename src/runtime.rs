@@ -142,29 +142,27 @@ extern "C" fn on_load() {
         && !sys::secure_mode()
         && sys::getenv(c"INSTRFN_MODE").is_some_and(|v| v.trim_ascii() == b"trace")
     {
-        arch::set_mode(1);
+        // (In a static program another constructor may have made a counting call first,
+        // which started the runtime and chose the mode, entries only with INSTRFN_EXITS=off:
+        // that choice stands.)
+        let early = started().is_none();
+        if early {
+            arch::set_mode(1);
+        }
         // XRay sleds have no counting call to start the runtime lazily from: they are patched
         // now (src/xray.rs), and their first call starts it.
         let config = EARLY_CONFIG.call_once(Config::from_env);
         if config.trace {
             crate::xray::on_load(config);
-            // Unwinders walk through the exit trampoline natively (this one runs before any
-            // return address is replaced, and outside any signal handler).
-            #[cfg(all(target_arch = "x86_64", target_env = "musl"))]
+            // Unwinders walk through the exit trampoline natively (outside any signal handler;
+            // `early`: before any return address was replaced).
+            #[cfg(instrfn_native_unwind)]
             if config.exits {
-                crate::unwind_info::register(config.max_depth);
+                crate::unwind_info::register(config.max_depth, early);
             }
         }
     }
-    #[cfg(all(
-        target_env = "gnu",
-        any(
-            target_arch = "x86_64",
-            target_arch = "aarch64",
-            target_arch = "riscv64",
-            target_arch = "s390x"
-        )
-    ))]
+    #[cfg(instrfn_wrapped)]
     crate::interpose::keep_linked();
 }
 

@@ -35,15 +35,7 @@ pub unsafe fn unmap(p: NonNull<u8>, len: usize) {
     unsafe { libc::munmap(p.as_ptr().cast(), len) };
 }
 
-#[cfg(all(
-    target_env = "gnu",
-    any(
-        target_arch = "x86_64",
-        target_arch = "aarch64",
-        target_arch = "riscv64",
-        target_arch = "s390x"
-    )
-))]
+#[cfg(instrfn_wrapped)]
 unsafe extern "C" {
     /// libc's own sigaction (src/interpose.c wraps the exported name), or null before that
     /// file's constructor has run.
@@ -60,15 +52,7 @@ pub fn sigaction(
 ) -> bool {
     let act = act.map_or(core::ptr::null(), |a| a as *const libc::sigaction);
     let old = old.map_or(core::ptr::null_mut(), |o| o as *mut libc::sigaction);
-    #[cfg(all(
-        target_env = "gnu",
-        any(
-            target_arch = "x86_64",
-            target_arch = "aarch64",
-            target_arch = "riscv64",
-            target_arch = "s390x"
-        )
-    ))]
+    #[cfg(instrfn_wrapped)]
     // SAFETY: reads a pointer the C constructor wrote before any runtime code ran.
     if let Some(real) = unsafe { instrfn_real_sigaction } {
         // SAFETY: valid (or null) action pointers for libc's sigaction.

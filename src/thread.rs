@@ -128,10 +128,7 @@ static BLOCKS: AtomicPtr<ThreadBlock> = AtomicPtr::new(ptr::null_mut());
 
 /// The registry's layout, for code that walks it without Rust (src/unwind_info.rs): the
 /// address of its head, and the offsets of a block's `next` and of its shadow stack mapping.
-#[cfg_attr(
-    not(all(target_arch = "x86_64", target_env = "musl")),
-    allow(dead_code)
-)]
+#[cfg_attr(not(instrfn_native_unwind), allow(dead_code))]
 pub fn registry_layout() -> (usize, usize, usize) {
     (
         ptr::addr_of!(BLOCKS) as usize,

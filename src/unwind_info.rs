@@ -83,13 +83,15 @@ pub fn available() -> bool {
 
 /// Registers the FDE (once; from the load-time constructor, never from a signal handler: the
 /// unwinder takes its locks and may allocate). `depth`: shadow stack entries per thread.
-pub fn register(depth: usize) {
+/// `early`: no return address has been replaced yet, so the thunk can become the one
+/// replaced ones hold (else frames would hold two different ones: the FDE is then the nop's).
+pub fn register(depth: usize, early: bool) {
     // SAFETY: as in `available`.
     let f = unsafe { instrfn_register_frame_address() };
     if f == 0 || REGISTERED.swap(true, Ordering::Relaxed) {
         return;
     }
-    let thunk = map_thunk();
+    let thunk = if early { map_thunk() } else { None };
     let (start, len) = match thunk {
         Some(page) => (page, THUNK_BYTES),
         None => (instrfn_x86_64_return_pad as *const () as usize, 1),

@@ -198,9 +198,16 @@ fn musl_static_c_program() {
 
 #[test]
 fn rust_dependency_route_glibc_and_musl() {
-    for triple in ["x86_64-unknown-linux-gnu", "x86_64-unknown-linux-musl"] {
-        let exe = build_instrumented_rust("rust-app", triple, "rust-app");
-        let dir = workdir(&format!("rust-{triple}"));
+    // Also glibc linked statically (crt-static): the runtime then defines no wrappers of the
+    // unwinder's entry points, whose names the static libgcc_eh defines too (it failed to link).
+    for (triple, extra) in [
+        ("x86_64-unknown-linux-gnu", ""),
+        ("x86_64-unknown-linux-musl", ""),
+        ("x86_64-unknown-linux-gnu", "-C target-feature=+crt-static"),
+    ] {
+        let exe = build_instrumented_rust_with("rust-app", triple, "rust-app", extra);
+        let triple = &format!("{triple} {extra}");
+        let dir = workdir(&format!("rust-{}", triple.replace([' ', '='], "-")));
         let out = run_exe(
             X86_64,
             &exe,
@@ -1829,6 +1836,14 @@ fn trace_survives_rust_panics_and_backtraces() {
         let dir = workdir(&format!("trace-rust-{triple}"));
         rust_panic_runs(X86_64, &exe, &dir, triple, true);
     }
+    // glibc linked statically: its unwinder (libgcc_eh) is in the program too; trace mode
+    // records entries only there by default (INSTRFN_EXITS, src/config.rs), and the program
+    // behaves as without it.
+    let extra = "-C target-feature=+crt-static";
+    let exe =
+        build_instrumented_rust_with("rust-app", "x86_64-unknown-linux-gnu", "rust-app", extra);
+    let dir = workdir("trace-rust-gnu-crt-static");
+    rust_panic_runs(X86_64, &exe, &dir, "gnu crt-static", false);
 }
 
 /// Compiles a C fixture with -O2 -pg (and `extra`), linked without -pg (to run preloaded).
