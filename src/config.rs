@@ -71,19 +71,15 @@ const MIN_BUFSIZE: usize = 4096;
 const MAX_BUFSIZE: usize = 1 << 30;
 pub const DEFAULT_DEPTH: usize = 4096;
 /// Exits are traced by default where the unwinder can be wrapped (glibc: it is libgcc_s,
-/// dynamic), and on x86_64 musl where the program links an unwinder that takes registered
-/// unwind info (src/unwind_info.rs: a panic unwinds through the exit trampoline natively). A
-/// musl program without one, on another architecture, or a glibc program linked with
-/// crt-static links its unwinder statically, which would stop at the exit trampoline when a
-/// panic or exception unwinds: there trace mode records entries only unless INSTRFN_EXITS=on
-/// (safe for programs that never unwind).
+/// dynamic), and on x86_64 static programs (musl, glibc with crt-static) that link an unwinder
+/// taking registered unwind info (src/unwind_info.rs: a panic unwinds through the exit
+/// trampoline natively). A static program without one, or on another architecture, would
+/// stop at the exit trampoline when a panic or exception unwinds: there trace mode records
+/// entries only unless INSTRFN_EXITS=on (safe for programs that never unwind).
 const EXITS_BY_DEFAULT: bool = cfg!(instrfn_wrapped);
 
 fn exits_by_default() -> bool {
-    // (Not glibc linked with crt-static: its static libgcc walks through the exit trampoline
-    // with this unwind info, as backtraces show, but a panic through it still fails to start:
-    // entries only there, as on other static programs.)
-    #[cfg(all(instrfn_native_unwind, target_env = "musl"))]
+    #[cfg(instrfn_native_unwind)]
     if crate::unwind_info::available() {
         return true;
     }

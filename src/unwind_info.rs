@@ -15,11 +15,13 @@
 //! sequence that starts there; the CIE it names lies before it). An address outside the
 //! program's mappings sends LLVM's libunwind straight to the registered FDEs; inside them, it
 //! first scans the program's whole `.eh_frame` when its index has no entry (perf: 85% of 150 µs
-//! per panic through 5 traced frames, with the FDE for the nop in the program's text instead),
-//! which is where the thunk's page is the fallback (no page: the FDE covers that nop). The
-//! FDE's rules describe the frame as the
-//! returning function's caller's: CFA = rsp (the function's CFA, as after its `ret`), and the
-//! return address at the address a DWARF expression computes — the `ret` word of the newest
+//! per panic through 5 traced frames, with the FDE for the nop in the program's text instead;
+//! libgcc looks at registered FDEs first). Where the page cannot be mapped, or return
+//! addresses were replaced before this ran (another constructor's counting call), the FDE
+//! covers that nop instead. The FDE's rules describe a frame between the returning function and its caller: the caller's
+//! rsp is the function's CFA (rsp now, as after its `ret`), the frame's own CFA 8 above it
+//! (one of its own: see `build`), and the return address at the address a DWARF expression
+//! computes — the `ret` word of the newest
 //! shadow entry whose slot is rsp - 8, found by walking the thread registry (src/thread.rs:
 //! blocks are never freed, and neither are their shadow stack mappings) and each block's
 //! entries upwards from its base up to the first free one (slot 0; a free entry's slot is
@@ -190,6 +192,7 @@ const OP_BREG7: u8 = 0x77; // rsp
 // Call frame instructions.
 const CFA_DEF_CFA: u8 = 0x0c;
 const CFA_EXPRESSION: u8 = 0x10;
+const CFA_VAL_EXPRESSION: u8 = 0x16;
 const CFA_OFFSET_RIP: u8 = 0x80 | 16;
 const RIP: u64 = 16;
 const RSP: u64 = 7;
@@ -340,7 +343,21 @@ fn build(out: &mut Bytes, depth: usize, start: usize, len: usize) -> Option<usiz
     out.bytes(&(start as u64).to_le_bytes());
     out.bytes(&(len as u64).to_le_bytes());
     out.uleb(0); // no augmentation data
-    out.bytes(&[CFA_DEF_CFA, RSP as u8, 0]); // CFA = rsp: the returned function's CFA
+    // CFA = rsp + 8, and the caller's rsp = CFA - 8 = rsp (the returned function's CFA, as
+    // after its ret): a CFA of its own, not the returned function's, which libgcc's unwinder
+    // would take for the catching frame's identity (the next frame's CFA) and abort at.
+    // (The caller's rsp as an expression, `rsp`: LLVM's libunwind does not take
+    // DW_CFA_val_offset.)
+    out.bytes(&[
+        CFA_DEF_CFA,
+        RSP as u8,
+        8,
+        CFA_VAL_EXPRESSION,
+        RSP as u8,
+        2,
+        OP_BREG7,
+        0,
+    ]);
     let mut e = Bytes::new();
     expression(&mut e, depth);
     if e.full {

@@ -1836,14 +1836,14 @@ fn trace_survives_rust_panics_and_backtraces() {
         let dir = workdir(&format!("trace-rust-{triple}"));
         rust_panic_runs(X86_64, &exe, &dir, triple, true);
     }
-    // glibc linked statically: its unwinder (libgcc_eh) is in the program too; trace mode
-    // records entries only there by default (INSTRFN_EXITS, src/config.rs), and the program
-    // behaves as without it.
+    // glibc linked statically: its unwinder (libgcc_eh) is in the program too, and takes the
+    // same registered unwind info (whose frame needs a CFA of its own there: with the
+    // returning function's, libgcc took it for the catching frame and aborted).
     let extra = "-C target-feature=+crt-static";
     let exe =
         build_instrumented_rust_with("rust-app", "x86_64-unknown-linux-gnu", "rust-app", extra);
     let dir = workdir("trace-rust-gnu-crt-static");
-    rust_panic_runs(X86_64, &exe, &dir, "gnu crt-static", false);
+    rust_panic_runs(X86_64, &exe, &dir, "gnu crt-static", true);
 }
 
 /// Compiles a C fixture with -O2 -pg (and `extra`), linked without -pg (to run preloaded).
