@@ -6,7 +6,6 @@ fn main() {
     println!("cargo:rerun-if-changed=asm");
     println!("cargo:rerun-if-changed=src/interpose.c");
     println!("cargo::rustc-check-cfg=cfg(instrfn_wrapped)");
-    println!("cargo::rustc-check-cfg=cfg(instrfn_native_unwind)");
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
     let os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     let env = std::env::var("CARGO_CFG_TARGET_ENV").unwrap_or_default();
@@ -17,14 +16,10 @@ fn main() {
     // instrfn_wrapped: libc and the unwinder are shared libraries (glibc, not linked with
     // crt-static), whose entry points the runtime wraps (src/interpose.rs, src/interpose.c).
     // Otherwise (musl, static glibc) they are linked into the program: nothing to wrap (the
-    // wrappers' names would clash with the static unwinder's), and on x86_64 the exit
-    // trampoline gets unwind info for the program's unwinder instead (instrfn_native_unwind,
-    // src/unwind_info.rs).
+    // wrappers' names would clash with the static unwinder's).
     let wrapped = supported && env == "gnu" && !static_libc;
     if wrapped {
         println!("cargo:rustc-cfg=instrfn_wrapped");
-    } else if supported && arch == "x86_64" {
-        println!("cargo:rustc-cfg=instrfn_native_unwind");
     }
     if !supported {
         println!(

@@ -41,15 +41,14 @@
     # Shared data (instrfn_tls, instrfn_enabled, instrfn_all_signals) is in asm/data.s.
 
     .data
-    # The return address trace mode puts into a frame: instrfn_x86_64_exit, or (x86_64 musl,
-    # src/unwind_info.rs) a thunk on a page of its own that jumps there, whose unwind info the
-    # program's unwinder finds without scanning the program's (set at load, before any return
-    # address is replaced).
+    # What the return pad's unwind info reads (see instrfn_x86_64_return_pad): the address of
+    # the thread registry's head (until start: of the zero word, so an early walk finds no
+    # block), the bytes of one shadow stack mapping, and a zero word.
     .p2align 3
-    .globl instrfn_x86_64_return_to
-    .hidden instrfn_x86_64_return_to
-instrfn_x86_64_return_to:
-    .quad instrfn_x86_64_exit
+    .globl instrfn_x86_64_registry
+    .hidden instrfn_x86_64_registry
+instrfn_x86_64_registry:
+    .quad instrfn_x86_64_registry + 16, 0, 0
     # XSAVE parameters, found on first use by instrfn_x86_64_xsave_detect: the component mask
     # (0 = no XSAVE, use FXSAVE) and the area size (0 = not yet known). The mask is stored
     # before the size, so a thread that sees a size also sees its mask (x86 stores are ordered).
@@ -381,7 +380,7 @@ instrfn_x86_64_\name:
     movq (%rdi), %rdx                       # the original return address (= from_pc)
     movq %rdx, {SH_RET}(%rax)
     movq %rdi, {SH_SLOT}(%rax)                   # last: the entry is complete
-    movq instrfn_x86_64_return_to(%rip), %rdx
+    leaq instrfn_x86_64_exit(%rip), %rdx
     movq %rdx, (%rdi)                       # the function now returns to the exit trampoline
     .endif
     jmp .Lout_\name
@@ -569,16 +568,41 @@ instrfn_x86_64_\name:
 #   (src/trace.rs `after_unwinding`, the entry still being alive): `.Lexit_pop` stores the
 #   original again, before and after it frees the entry.
 #   A return address that points at the label (a replaced one, which an unwinder walking up
-#   from a deeper frame meets) is looked up as address - 1: the nop before the label, which no
-#   FDE of this file covers. Where the program's unwinder cannot be wrapped (musl: linked
-#   statically), the runtime registers an FDE for it (src/unwind_info.rs) that finds the
-#   original return address in the shadow stack, so that a panic unwinds through natively;
-#   without one a walk stops there.
+#   from a deeper frame meets where nothing put the original back: an unwinder linked into the
+#   program, which no wrapper reaches) is looked up as address - 1: the nop before the label,
+#   `instrfn_x86_64_return_pad`, whose FDE below describes a frame between the returning
+#   function and its caller: the caller's rsp is rsp (the function's CFA), the frame's own
+#   CFA rsp + 8 (a CFA of its own: libgcc identifies the catching frame by the CFA of the
+#   frame below it, and took this frame for it when it had the function's), and the caller's
+#   return address the `ret` word of the newest shadow entry whose slot is rsp - 8, which a
+#   DWARF expression finds: from its own pc
+#   (DW_OP_breg16: the label) it reads the pc-relative word before the nop, which leads to
+#   instrfn_x86_64_registry (the thread registry's head address, the bytes of a shadow stack
+#   mapping, a zero word: src/trace.rs sets the first two at start), and walks every block's
+#   shadow stack from its base to its first free entry; not found: the zero word, a return
+#   address of 0, where unwinders stop. Stack states [bottom .. top], under the CFA the
+#   unwinder pushes: [R] [size b] [size key b best] per block [size key b end best e].
+#   Generated (its branch offsets) for 1-byte operands: src/trace.rs asserts them < 128.
     .p2align 4
+instrfn_x86_64_registry_rel:
+    .quad instrfn_x86_64_registry - instrfn_x86_64_registry_rel
     .globl instrfn_x86_64_return_pad
     .hidden instrfn_x86_64_return_pad
 instrfn_x86_64_return_pad:
+    .cfi_startproc
+    .cfi_def_cfa %rsp, 8
+    .cfi_escape 0x16, 7, 2, 0x77, 0x00      # DW_CFA_val_expression rsp: DW_OP_breg7 0
+    .cfi_escape 0x10, 16, 98, 0x80, 0x77, 0x12, 0x06, 0x22, 0x12, 0x23, 0x08, 0x06, 0x16, 0x06, 0x06
+    .cfi_escape 0x77, 0x78, 0x16, 0x80, 0x77, 0x12, 0x06, 0x22, 0x23, 0x10, 0x15, 0x01
+    .cfi_escape 0x30, 0x29, 0x28, 0x45, 0x00, 0x15, 0x01, 0x23, {BLK_SHADOW}, 0x06, 0x12, 0x30
+    .cfi_escape 0x29, 0x28, 0x33, 0x00, 0x12, 0x15, 0x05, 0x22, 0x17, 0x12, 0x15, 0x03
+    .cfi_escape 0x2a, 0x28, 0x21, 0x00, 0x12, 0x23, {SH_SLOT}, 0x06, 0x12, 0x30, 0x29, 0x28
+    .cfi_escape 0x16, 0x00, 0x15, 0x05, 0x29, 0x28, 0x05, 0x00, 0x23, {SH_BYTES}, 0x2f, 0xe4
+    .cfi_escape 0xff, 0x16, 0x13, 0x12, 0x23, {SH_RET}, 0x16, 0x23, {SH_BYTES}, 0x2f, 0xd9, 0xff
+    .cfi_escape 0x13, 0x13, 0x16, 0x13, 0x2f, 0x01, 0x00, 0x13, 0x16, 0x06, 0x16, 0x2f
+    .cfi_escape 0xb4, 0xff
     nop
+    .cfi_endproc
     .globl instrfn_x86_64_exit
     .hidden instrfn_x86_64_exit
     .type instrfn_x86_64_exit,@function
@@ -896,17 +920,3 @@ instrfn_call_on_stack:
     .cfi_endproc
     .size instrfn_call_on_stack, .-instrfn_call_on_stack
 
-# instrfn_register_frame_address(): the address of the unwinder's __register_frame if the
-#   program links one, else 0 (a weak reference: a static musl program links its unwinder, and
-#   the object that defines it, whenever anything in the program walks stacks). Clobbers rax.
-    .weak __register_frame
-    .p2align 4
-    .globl instrfn_register_frame_address
-    .hidden instrfn_register_frame_address
-    .type instrfn_register_frame_address,@function
-instrfn_register_frame_address:
-    .cfi_startproc
-    movq __register_frame@GOTPCREL(%rip), %rax
-    ret
-    .cfi_endproc
-    .size instrfn_register_frame_address, .-instrfn_register_frame_address

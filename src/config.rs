@@ -71,20 +71,12 @@ const MIN_BUFSIZE: usize = 4096;
 const MAX_BUFSIZE: usize = 1 << 30;
 pub const DEFAULT_DEPTH: usize = 4096;
 /// Exits are traced by default where the unwinder can be wrapped (glibc: it is libgcc_s,
-/// dynamic), and on x86_64 static programs (musl, glibc with crt-static) that link an unwinder
-/// taking registered unwind info (src/unwind_info.rs: a panic unwinds through the exit
-/// trampoline natively). A static program without one, or on another architecture, would
-/// stop at the exit trampoline when a panic or exception unwinds: there trace mode records
-/// entries only unless INSTRFN_EXITS=on (safe for programs that never unwind).
-const EXITS_BY_DEFAULT: bool = cfg!(instrfn_wrapped);
-
-fn exits_by_default() -> bool {
-    #[cfg(instrfn_native_unwind)]
-    if crate::unwind_info::available() {
-        return true;
-    }
-    EXITS_BY_DEFAULT
-}
+/// dynamic), and on x86_64 everywhere: an unwinder linked into the program (musl, glibc with
+/// crt-static, -static-libgcc) walks through the exit trampoline with its return pad's unwind
+/// info (asm/x86_64.s). A static program on another architecture would stop at the exit
+/// trampoline when a panic or exception unwinds: there trace mode records entries only unless
+/// INSTRFN_EXITS=on (safe for programs that never unwind).
+const EXITS_BY_DEFAULT: bool = cfg!(any(instrfn_wrapped, target_arch = "x86_64"));
 const MAX_DEPTH: usize = 1 << 20;
 pub const MAX_HZ: u32 = 100_000;
 pub const DEFAULT_MAX_ARCS: usize = 1 << 20;
@@ -122,7 +114,6 @@ impl Config {
     /// Reads every setting from the environment.
     pub fn from_env() -> Config {
         let mut c = Config::DEFAULT;
-        c.exits = exits_by_default();
         if sys::secure_mode() {
             return c;
         }
@@ -262,7 +253,7 @@ impl Config {
                     "INSTRFN_EXITS",
                     v,
                     format_args!("on or off (also 1/0, yes/no, true/false)"),
-                    format_args!("{}", if exits_by_default() { "on" } else { "off" }),
+                    format_args!("{}", if EXITS_BY_DEFAULT { "on" } else { "off" }),
                 ),
             }
         }

@@ -42,8 +42,6 @@ mod runtime;
 mod sampler;
 mod thread;
 mod trace;
-#[cfg(instrfn_native_unwind)]
-mod unwind_info;
 mod xray;
 
 pub use runtime::{

@@ -154,12 +154,6 @@ extern "C" fn on_load() {
         let config = EARLY_CONFIG.call_once(Config::from_env);
         if config.trace {
             crate::xray::on_load(config);
-            // Unwinders walk through the exit trampoline natively (outside any signal handler;
-            // `early`: before any return address was replaced).
-            #[cfg(instrfn_native_unwind)]
-            if config.exits {
-                crate::unwind_info::register(config.max_depth, early);
-            }
         }
     }
     #[cfg(instrfn_wrapped)]

@@ -126,15 +126,17 @@ pub struct ThreadBlock {
 /// Head of the registry: every block ever made, newest first. Blocks are never freed.
 static BLOCKS: AtomicPtr<ThreadBlock> = AtomicPtr::new(ptr::null_mut());
 
-/// The registry's layout, for code that walks it without Rust (src/unwind_info.rs): the
-/// address of its head, and the offsets of a block's `next` and of its shadow stack mapping.
-#[cfg_attr(not(instrfn_native_unwind), allow(dead_code))]
+/// Where a block's shadow stack mapping is, for code that walks the registry without Rust
+/// (the x86_64 return pad's unwind info, asm/x86_64.s). A block's `next`
+/// is its first word.
+pub const BLOCK_SHADOW: usize =
+    core::mem::offset_of!(ThreadBlock, trace) + crate::trace::BlockTrace::SHADOW_OFFSET;
+const _: () = assert!(core::mem::offset_of!(ThreadBlock, next) == 0);
+
+/// The registry's layout, for code that walks it without Rust: the address of its head, and
+/// the offsets of a block's `next` and of its shadow stack mapping.
 pub fn registry_layout() -> (usize, usize, usize) {
-    (
-        ptr::addr_of!(BLOCKS) as usize,
-        core::mem::offset_of!(ThreadBlock, next),
-        core::mem::offset_of!(ThreadBlock, trace) + crate::trace::BlockTrace::SHADOW_OFFSET,
-    )
+    (ptr::addr_of!(BLOCKS) as usize, 0, BLOCK_SHADOW)
 }
 /// Number of blocks in the registry.
 static BLOCK_COUNT: AtomicUsize = AtomicUsize::new(0);

@@ -140,7 +140,7 @@ pub struct BlockTrace {
 }
 
 impl BlockTrace {
-    /// Where `shadow` is (src/unwind_info.rs reads it).
+    /// Where `shadow` is (the x86_64 return pad's unwind info reads it: asm/x86_64.s).
     pub const SHADOW_OFFSET: usize = core::mem::offset_of!(BlockTrace, shadow);
 
     pub const fn new() -> BlockTrace {
@@ -203,6 +203,7 @@ pub fn start(dir: &[u8], chunk_bytes: usize, limit: u64, depth: usize, exits: bo
     CHUNK_BYTES.store(chunk_bytes, Ordering::Relaxed);
     MAX_CHUNKS.store((limit / chunk_bytes as u64).max(1), Ordering::Relaxed);
     DEPTH.store(depth, Ordering::Relaxed);
+    arch::set_shadow_registry(crate::thread::registry_layout().0, depth * SH_BYTES);
     let mut path = StackBuf::<1200>::new();
     path.push(dir);
     let Some(d) = path.as_cstr() else {
@@ -748,7 +749,8 @@ pub fn thread_started(tls: &mut Tls, block: &ThreadBlock) {
         t.shadow.store(shadow, Ordering::Relaxed);
     }
     // Entries a previous owner left (an orphaned block: its thread's exit was never
-    // reported) are cleared: free entries have slot 0 (SHADOW_RESERVE, src/unwind_info.rs).
+    // reported) are cleared: free entries have slot 0 (SHADOW_RESERVE; the x86_64 return pad's
+    // unwind info stops at the first one, asm/x86_64.s).
     let mut e = shadow;
     while shadow != 0 && e < shadow + depth * SH_BYTES {
         // SAFETY: an entry of the block's shadow mapping, which this thread now owns.

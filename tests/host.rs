@@ -1812,15 +1812,28 @@ fn trace_survives_cpp_exceptions() {
     // C++ throw through -pg frames with destructors (cleanup pads: _Unwind_Resume), caught,
     // and a rethrow (_Unwind_Resume_or_Rethrow): the same output, every frame closed (the
     // thrown-through ones as unwound, at the catch), the catching frames traced returning.
-    let dir = workdir("trace-cpp");
-    let exe = build_plain(&dir, "throw.cpp", &["-pg"], &[]);
-    let args = ["4", "6"];
-    let plain = run_ok(Command::new(&exe).args(args).current_dir(&dir));
-    assert_eq!(stdout_of(&plain), "caught 8\n");
-    let (out, trace) = record_trace(&exe, &args, &[], &dir);
-    assert_eq!(stdout_of(&out), stdout_of(&plain));
-    let counts = assert_balanced(&instrfn_dump(&trace)[0], "c++");
-    assert_cpp_exception_counts(&counts, "c++");
+    // Also linked with -static-libgcc -static-libstdc++ (as programs that ship as one file
+    // are): their unwinder is in the program, which no wrapper reaches; it walks through the
+    // exit trampoline with the return pad's unwind info (asm/x86_64.s). Before that, the first
+    // throw through a traced frame ended in std::terminate.
+    for (name, link) in [
+        ("shared", &[][..]),
+        (
+            "static-libgcc",
+            &["-static-libgcc", "-static-libstdc++"][..],
+        ),
+    ] {
+        let context = format!("c++ {name}");
+        let dir = workdir(&format!("trace-cpp-{name}"));
+        let exe = build_plain(&dir, "throw.cpp", &["-pg"], link);
+        let args = ["4", "6"];
+        let plain = run_ok(Command::new(&exe).args(args).current_dir(&dir));
+        assert_eq!(stdout_of(&plain), "caught 8\n");
+        let (out, trace) = record_trace(&exe, &args, &[], &dir);
+        assert_eq!(stdout_of(&out), stdout_of(&plain), "{context}");
+        let counts = assert_balanced(&instrfn_dump(&trace)[0], &context);
+        assert_cpp_exception_counts(&counts, &context);
+    }
 }
 
 #[test]
@@ -1830,15 +1843,15 @@ fn trace_survives_rust_panics_and_backtraces() {
     // closes, backtraces show the real callers (the program's output, its backtrace's frames
     // included, is the plain run's). On glibc the unwinder is libgcc_s (wrapped); on musl it
     // is linked into the program (LLVM's libunwind), cannot be wrapped, and walks through the
-    // exit trampoline with the unwind info the runtime registers (src/unwind_info.rs).
+    // exit trampoline with its return pad's unwind info (asm/x86_64.s).
     for triple in ["x86_64-unknown-linux-gnu", "x86_64-unknown-linux-musl"] {
         let exe = build_instrumented_rust("rust-app", triple, "rust-app");
         let dir = workdir(&format!("trace-rust-{triple}"));
         rust_panic_runs(X86_64, &exe, &dir, triple, true);
     }
     // glibc linked statically: its unwinder (libgcc_eh) is in the program too, and takes the
-    // same registered unwind info (whose frame needs a CFA of its own there: with the
-    // returning function's, libgcc took it for the catching frame and aborted).
+    // same unwind info (whose frame needs a CFA of its own there: with the returning
+    // function's, libgcc took it for the catching frame and aborted).
     let extra = "-C target-feature=+crt-static";
     let exe =
         build_instrumented_rust_with("rust-app", "x86_64-unknown-linux-gnu", "rust-app", extra);

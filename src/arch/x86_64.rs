@@ -18,6 +18,7 @@ trampoline_asm!("../../asm/x86_64.s" + "../../asm/x86_64-xray.s", att_syntax;
     SH_SLOT = const crate::trace::layout::SH_SLOT,
     SH_FN = const crate::trace::layout::SH_FN,
     SH_BYTES = const crate::trace::layout::SH_BYTES,
+    BLK_SHADOW = const crate::thread::BLOCK_SHADOW,
     EV_BYTES = const crate::trace::layout::EV_BYTES,
     EV_SHIFT = const crate::trace::layout::EV_SHIFT,
     EV_ENTRY = const crate::trace::layout::EV_ENTRY,
@@ -68,8 +69,31 @@ pub fn counter() -> u64 {
 }
 
 unsafe extern "C" {
-    /// The address trace mode puts into a frame (asm/x86_64.s).
-    static instrfn_x86_64_return_to: usize;
+    fn instrfn_x86_64_exit();
+    /// What the return pad's unwind info reads (asm/x86_64.s): the registry head's address,
+    /// the bytes of a shadow stack mapping, a zero word.
+    static mut instrfn_x86_64_registry: [usize; 3];
+}
+
+// The return pad's unwind expression was generated for 1-byte operands (asm/x86_64.s).
+const _: () = assert!(
+    crate::thread::BLOCK_SHADOW < 128
+        && crate::trace::layout::SH_BYTES < 128
+        && crate::trace::layout::SH_SLOT < 128
+        && crate::trace::layout::SH_RET < 128
+);
+
+/// Tells the return pad's unwind info where the shadow stacks are: the registry head's
+/// address and the bytes of one shadow stack mapping (trace mode's start, before any return
+/// address is replaced).
+pub fn set_shadow_registry(head: usize, bytes: usize) {
+    // SAFETY: plain words of asm/x86_64.s's data, read by unwinders only; the size is written
+    // before the head, which makes the walk find blocks.
+    unsafe {
+        let r = core::ptr::addr_of_mut!(instrfn_x86_64_registry).cast::<usize>();
+        r.add(1).write_volatile(bytes);
+        r.write_volatile(head);
+    }
 }
 
 /// A second word that holds a replaced return address for a while (none here: see
@@ -78,12 +102,9 @@ pub fn second_slot(_slot: usize) -> Option<usize> {
     None
 }
 
-/// The address an instrumented function returns to in trace mode: instrfn_x86_64_exit, or the
-/// thunk that jumps there (src/unwind_info.rs).
+/// The address an instrumented function returns to in trace mode.
 pub fn exit_trampoline() -> usize {
-    // SAFETY: a word written once at load (src/unwind_info.rs), before any return address is
-    // replaced; read as the fast paths read it.
-    unsafe { core::ptr::addr_of!(instrfn_x86_64_return_to).read_volatile() }
+    instrfn_x86_64_exit as *const () as usize
 }
 
 /// The body of a naked function that continues at `$f` with every register as it came.
