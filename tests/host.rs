@@ -1754,6 +1754,29 @@ fn trace_golden_call_tree_every_entry() {
         );
         let procs = instrfn_dump(&tdir);
         assert_calltree(&procs[0], T, K, &format!("{name} linked"));
+
+        // musl, linked statically (exits traced there too: x86_64's return pad has unwind
+        // info for a static unwinder, asm/x86_64.s).
+        require_tool("musl-gcc");
+        let mobj = dir.join("calltree-musl.o");
+        cc(X86_64_MUSL, &cargs, &mobj);
+        let mlib = runtime_lib(X86_64_MUSL, Lib::Static);
+        let musl = cc(
+            X86_64_MUSL,
+            &[OsStr::new("-static"), mobj.as_os_str(), mlib.as_os_str()],
+            &dir.join("calltree-musl"),
+        );
+        let mdir = dir.join("musl-trace");
+        let mdir_s = mdir.display().to_string();
+        run_exe(
+            X86_64_MUSL,
+            &musl,
+            &args,
+            &[("INSTRFN_MODE", "trace"), ("INSTRFN_OUTPUT", &mdir_s)],
+            &dir,
+        );
+        let procs = instrfn_dump(&mdir);
+        assert_calltree(&procs[0], T, K, &format!("{name} musl"));
     }
 }
 
