@@ -575,14 +575,14 @@ instrfn_x86_64_\name:
 #   CFA rsp + 8 (a CFA of its own: libgcc identifies the catching frame by the CFA of the
 #   frame below it, and took this frame for it when it had the function's), and the caller's
 #   return address the `ret` word of the newest shadow entry whose slot is rsp - 8, which a
-#   DWARF expression finds: from its own pc
-#   (DW_OP_breg16: the label) it reads the pc-relative word before the nop, which leads to
-#   instrfn_x86_64_registry (the thread registry's head address, the bytes of a shadow stack
-#   mapping, a zero word: src/trace.rs sets the first two at start), and walks every block's
-#   shadow stack from its base to its first free entry; not found: the zero word, a return
-#   address of 0, where unwinders stop. Stack states [bottom .. top], under the CFA the
-#   unwinder pushes: [R] [size b] [size key b best] per block [size key b end best e].
-#   Generated (its branch offsets) for 1-byte operands: src/trace.rs asserts them < 128.
+#   DWARF expression finds: from its own pc (DW_OP_breg16: the label) it reads the
+#   pc-relative word before the nop, which leads to instrfn_x86_64_registry (the thread
+#   registry's head address, the bytes of a shadow stack mapping, a zero word: src/trace.rs
+#   sets the first two at start), and walks every block's shadow stack from its base to its
+#   first free entry; not found: the zero word, a return address of 0, where unwinders stop.
+#   The expression's bytes are scripts/return-pad-cfi.py's output (branch offsets computed
+#   there, for 1-byte operands: src/arch/x86_64.rs asserts them < 128; tests/host.rs checks
+#   the two agree).
     .p2align 4
 instrfn_x86_64_registry_rel:
     .quad instrfn_x86_64_registry - instrfn_x86_64_registry_rel

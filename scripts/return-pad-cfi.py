@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Prints the `.cfi_escape` lines of asm/x86_64.s's return pad (instrfn_x86_64_return_pad):
+DW_CFA_expression for rip, the DWARF expression that finds a replaced return address's original
+in the shadow stacks (asm/x86_64.s describes the search). Operands in braces are filled by
+trampoline_asm! (src/arch/x86_64.rs) and must encode in one byte (< 128: asserted there), which
+the branch offsets computed here assume. tests/host.rs checks that asm/x86_64.s holds exactly
+these lines: edit the expression here, then paste the output over them.
+
+Stack states are written [bottom .. top]; the unwinder pushes the CFA first (below them all).
+"""
+
+OP = {  # DWARF 5, 7.7.1
+    "deref": 0x06, "dup": 0x12, "drop": 0x13, "pick": 0x15, "swap": 0x16, "rot": 0x17,
+    "plus": 0x22, "plus_uconst": 0x23, "bra": 0x28, "eq": 0x29, "ge": 0x2a, "skip": 0x2f,
+    "lit0": 0x30, "breg7": 0x77, "breg16": 0x80,
+}
+SLEB_MINUS_8, SLEB_MINUS_9 = 0x78, 0x77
+
+code = []  # ("b", byte or "{OPERAND}") | ("br", op, label) | ("at", label)
+
+
+def b(*items):
+    for x in items:
+        code.append(("b", OP.get(x, x) if isinstance(x, str) and not x.startswith("{") else x))
+
+
+def br(op, label):
+    code.append(("br", OP[op], label))
+
+
+def at(label):
+    code.append(("at", label))
+
+
+# The registry R: the pc-relative word 9 bytes before this frame's pc (the label after the pad).
+b("breg16", SLEB_MINUS_9, "dup", "deref", "plus")           # [R]
+b("dup", "plus_uconst", 8, "deref")                          # [R size]
+b("swap", "deref", "deref")                                  # [size b]: the newest block
+b("breg7", SLEB_MINUS_8, "swap")                             # [size key b]: key = rsp - 8
+b("breg16", SLEB_MINUS_9, "dup", "deref", "plus", "plus_uconst", 16)  # [size key b best]: R[2]
+at("blocks")
+b("pick", 1, "lit0", "eq"); br("bra", "done")                # no more blocks
+b("pick", 1, "plus_uconst", "{BLK_SHADOW}", "deref")         # [size key b best base]
+b("dup", "lit0", "eq"); br("bra", "no_shadow")
+b("dup", "pick", 5, "plus", "rot")                           # [size key b end best e]
+at("entries")
+b("dup", "pick", 3, "ge"); br("bra", "next_block")           # past the mapping
+b("dup", "plus_uconst", "{SH_SLOT}", "deref", "dup", "lit0", "eq"); br("bra", "free")
+b("pick", 5, "eq"); br("bra", "match")                       # slot == key
+b("plus_uconst", "{SH_BYTES}"); br("skip", "entries")
+at("match")                                                  # best = &e.ret; on
+b("swap", "drop", "dup", "plus_uconst", "{SH_RET}", "swap", "plus_uconst", "{SH_BYTES}")
+br("skip", "entries")
+at("free")                                                   # [.. e slot]
+b("drop")
+at("next_block")                                             # [size key b end best e]
+b("drop", "swap", "drop"); br("skip", "advance")             # [size key b best]
+at("no_shadow")                                              # [size key b best base]
+b("drop")
+at("advance")                                                # b = b.next (its first word)
+b("swap", "deref", "swap"); br("skip", "blocks")
+at("done")                                                   # best on top: the result
+
+where, n = {}, 0
+for item in code:
+    if item[0] == "at":
+        where[item[1]] = n
+    else:
+        n += 1 if item[0] == "b" else 3
+out, n = [], 0
+for item in code:
+    if item[0] == "b":
+        x = item[1]
+        out.append(x if isinstance(x, str) else "0x%02x" % x)
+        n += 1
+    elif item[0] == "br":
+        off = (where[item[2]] - (n + 3)) & 0xFFFF
+        out += ["0x%02x" % item[1], "0x%02x" % (off & 0xFF), "0x%02x" % (off >> 8)]
+        n += 3
+rows = [", ".join(out[i:i + 12]) for i in range(0, len(out), 12)]
+print("    .cfi_escape 0x10, 16, %d, %s" % (n, rows[0]))
+for r in rows[1:]:
+    print("    .cfi_escape " + r)
