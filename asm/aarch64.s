@@ -723,9 +723,17 @@ instrfn_aarch64_\name:
 //   the real caller (tests/fixtures/c/bpsweep.c checks it at every instruction of the fast
 //   path). Before that, and in the slow part, the return address is marked undefined: an
 //   unwinder that gets here stops (the unwinder entry points are wrapped to put the real return
-//   addresses back first, src/interpose.c, but the returning frame's is not on the stack). The
-//   nop before the label puts a return address that points at the label (looked up as address
-//   - 1) inside this FDE.
+//   addresses back first, src/interpose.c, but the returning frame's is not on the stack).
+//   A return address that points at the label (a replaced one, met by an unwinder linked into
+//   the program, which no wrapper reaches: C++ with -static-libgcc) is looked up as address - 1:
+//   the nop before the label, instrfn_aarch64_return_pad, whose FDE describes a frame between
+//   the returning function and its caller, as x86_64's (asm/x86_64.s): the caller's sp is sp,
+//   the frame's own CFA sp + 16, and the caller's return address the `ret` word of the newest
+//   shadow entry whose frame pointer (SH_FP) is x29, found by a DWARF expression
+//   (scripts/return-pad-cfi.py aarch64) that takes its own pc from x30 (libgcc restores the
+//   return address column as a register; LLVM's libunwind does not, so the pad is for libgcc,
+//   where aarch64 exits are traced by default), and from the pc-relative word before the pad
+//   the registry instrfn_aarch64_registry.
 // RETURN_ADDRESS_IN_ENTRY: CFI, the caller's return address (x30) is saved at [x9 + SH_RET]:
 //   DW_CFA_expression x30, DW_OP_breg9 SH_RET (a one-byte SLEB128: src/trace.rs asserts it).
     .macro RETURN_ADDRESS_IN_ENTRY
@@ -733,13 +741,31 @@ instrfn_aarch64_\name:
     .endm
 
     .p2align 4
+instrfn_aarch64_registry_rel:
+    .quad instrfn_aarch64_registry - instrfn_aarch64_registry_rel
+    .globl instrfn_aarch64_return_pad
+    .hidden instrfn_aarch64_return_pad
+instrfn_aarch64_return_pad:
+    .cfi_startproc
+    .cfi_def_cfa sp, 16
+    .cfi_escape 0x16, 31, 2, 0x8f, 0x00     // DW_CFA_val_expression sp: DW_OP_breg31 0
+    .cfi_escape 0x10, 30, 103, 0x8e, 0x74, 0x12, 0x06, 0x22, 0x12, 0x23, 0x08, 0x06, 0x16, 0x06, 0x06
+    .cfi_escape 0x8d, 0x00, 0x16, 0x8e, 0x74, 0x12, 0x06, 0x22, 0x23, 0x10, 0x15, 0x01
+    .cfi_escape 0x30, 0x29, 0x28, 0x4a, 0x00, 0x15, 0x01, 0x23, {BLK_SHADOW}, 0x06, 0x12, 0x30
+    .cfi_escape 0x29, 0x28, 0x38, 0x00, 0x12, 0x15, 0x05, 0x22, 0x17, 0x12, 0x15, 0x03
+    .cfi_escape 0x2a, 0x28, 0x26, 0x00, 0x12, 0x23, {SH_SLOT}, 0x06, 0x12, 0x30, 0x29, 0x28
+    .cfi_escape 0x1b, 0x00, 0x13, 0x12, 0x23, {SH_FP}, 0x06, 0x15, 0x05, 0x29, 0x28, 0x05
+    .cfi_escape 0x00, 0x23, {SH_BYTES}, 0x2f, 0xdf, 0xff, 0x16, 0x13, 0x12, 0x23, {SH_RET}, 0x16
+    .cfi_escape 0x23, {SH_BYTES}, 0x2f, 0xd4, 0xff, 0x13, 0x13, 0x16, 0x13, 0x2f, 0x01, 0x00
+    .cfi_escape 0x13, 0x16, 0x06, 0x16, 0x2f, 0xaf, 0xff
+    nop
+    .cfi_endproc
     .globl instrfn_aarch64_exit
     .hidden instrfn_aarch64_exit
     .type instrfn_aarch64_exit,%function
+instrfn_aarch64_exit:
     .cfi_startproc
     .cfi_undefined x30
-    nop
-instrfn_aarch64_exit:
     TLS_ADDR x16, x17                       // &Tls
     ldr     x17, [x16, #{TLS_UNWOUND}]
     cbnz    x17, .Lexit_slow
@@ -992,6 +1018,14 @@ instrfn_aarch64_sites:
 // Nonzero where the CPU has SVE (AT_HWCAP), set by instrfn_aarch64_init at load time. Read by
 // the slow paths (SAVE_VECTORS).
     .data
+// What the return pad's unwind info reads (see instrfn_aarch64_exit): the address of the
+// thread registry's head (until start: of the zero word), the bytes of one shadow stack
+// mapping, and a zero word.
+    .p2align 3
+    .globl instrfn_aarch64_registry
+    .hidden instrfn_aarch64_registry
+instrfn_aarch64_registry:
+    .quad instrfn_aarch64_registry + 16, 0, 0
     .p2align 3
     .globl instrfn_aarch64_sve
     .hidden instrfn_aarch64_sve

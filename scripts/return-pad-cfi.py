@@ -1,20 +1,38 @@
 #!/usr/bin/env python3
-"""Prints the `.cfi_escape` lines of asm/x86_64.s's return pad (instrfn_x86_64_return_pad):
-DW_CFA_expression for rip, the DWARF expression that finds a replaced return address's original
-in the shadow stacks (asm/x86_64.s describes the search). Operands in braces are filled by
-trampoline_asm! (src/arch/x86_64.rs) and must encode in one byte (< 128: asserted there), which
-the branch offsets computed here assume. tests/host.rs checks that asm/x86_64.s holds exactly
-these lines: edit the expression here, then paste the output over them.
+"""Prints the `.cfi_escape` lines of the return pad of asm/ARCH.s (x86_64, the default, or
+aarch64: instrfn_ARCH_return_pad): DW_CFA_expression for the return address column, the DWARF
+expression that finds a replaced return address's original in the shadow stacks
+(asm/x86_64.s describes the search). Operands in braces are filled by trampoline_asm!
+(src/arch/ARCH.rs) and must encode in one byte (< 128: asserted there), which the branch
+offsets computed here assume. tests/host.rs checks that each asm file holds exactly these
+lines: edit the expression here, then paste the output over them.
+
+    scripts/return-pad-cfi.py [x86_64|aarch64]
 
 Stack states are written [bottom .. top]; the unwinder pushes the CFA first (below them all).
+The frame's own pc (x86_64 rip, column 16; aarch64 x30, the return address column, which
+libgcc restores as a register: LLVM's libunwind does not, so this is for libgcc there) is the
+label after the pad; the pc-relative word before the pad leads to the registry R. The key that
+finds the returning frame's entry: x86_64 its slot, rsp - 8; aarch64 its caller's frame
+pointer, x29 (the entry's SH_FP word, what the exit trampoline compares too).
 """
+import sys
+
+ARCH = sys.argv[1] if len(sys.argv) > 1 else "x86_64"
+if ARCH not in ("x86_64", "aarch64"):
+    sys.exit("usage: return-pad-cfi.py [x86_64|aarch64]")
 
 OP = {  # DWARF 5, 7.7.1
     "deref": 0x06, "dup": 0x12, "drop": 0x13, "pick": 0x15, "swap": 0x16, "rot": 0x17,
     "plus": 0x22, "plus_uconst": 0x23, "bra": 0x28, "eq": 0x29, "ge": 0x2a, "skip": 0x2f,
-    "lit0": 0x30, "breg7": 0x77, "breg16": 0x80,
+    "lit0": 0x30, "breg7": 0x77, "breg16": 0x80, "breg29": 0x8d, "breg30": 0x8e,
 }
-SLEB_MINUS_8, SLEB_MINUS_9 = 0x78, 0x77
+if ARCH == "x86_64":
+    PC, TO_WORD, RA_COLUMN = "breg16", 0x77, 16    # the word 9 bytes before (SLEB -9)
+    KEY = ["breg7", 0x78]                          # rsp - 8
+else:
+    PC, TO_WORD, RA_COLUMN = "breg30", 0x74, 30    # the word 12 bytes before (SLEB -12)
+    KEY = ["breg29", 0x00]                         # x29
 
 code = []  # ("b", byte or "{OPERAND}") | ("br", op, label) | ("at", label)
 
@@ -32,12 +50,12 @@ def at(label):
     code.append(("at", label))
 
 
-# The registry R: the pc-relative word 9 bytes before this frame's pc (the label after the pad).
-b("breg16", SLEB_MINUS_9, "dup", "deref", "plus")           # [R]
+# The registry R, from the pc-relative word before the pad.
+b(PC, TO_WORD, "dup", "deref", "plus")                       # [R]
 b("dup", "plus_uconst", 8, "deref")                          # [R size]
 b("swap", "deref", "deref")                                  # [size b]: the newest block
-b("breg7", SLEB_MINUS_8, "swap")                             # [size key b]: key = rsp - 8
-b("breg16", SLEB_MINUS_9, "dup", "deref", "plus", "plus_uconst", 16)  # [size key b best]: R[2]
+b(*KEY, "swap")                                              # [size key b]
+b(PC, TO_WORD, "dup", "deref", "plus", "plus_uconst", 16)    # [size key b best]: &R[2], 0
 at("blocks")
 b("pick", 1, "lit0", "eq"); br("bra", "done")                # no more blocks
 b("pick", 1, "plus_uconst", "{BLK_SHADOW}", "deref")         # [size key b best base]
@@ -46,7 +64,9 @@ b("dup", "pick", 5, "plus", "rot")                           # [size key b end b
 at("entries")
 b("dup", "pick", 3, "ge"); br("bra", "next_block")           # past the mapping
 b("dup", "plus_uconst", "{SH_SLOT}", "deref", "dup", "lit0", "eq"); br("bra", "free")
-b("pick", 5, "eq"); br("bra", "match")                       # slot == key
+if ARCH == "aarch64":
+    b("drop", "dup", "plus_uconst", "{SH_FP}", "deref")      # [.. e fp]
+b("pick", 5, "eq"); br("bra", "match")                       # slot (fp) == key
 b("plus_uconst", "{SH_BYTES}"); br("skip", "entries")
 at("match")                                                  # best = &e.ret; on
 b("swap", "drop", "dup", "plus_uconst", "{SH_RET}", "swap", "plus_uconst", "{SH_BYTES}")
@@ -78,6 +98,6 @@ for item in code:
         out += ["0x%02x" % item[1], "0x%02x" % (off & 0xFF), "0x%02x" % (off >> 8)]
         n += 3
 rows = [", ".join(out[i:i + 12]) for i in range(0, len(out), 12)]
-print("    .cfi_escape 0x10, 16, %d, %s" % (n, rows[0]))
+print("    .cfi_escape 0x10, %d, %d, %s" % (RA_COLUMN, n, rows[0]))
 for r in rows[1:]:
     print("    .cfi_escape " + r)

@@ -2711,15 +2711,18 @@ fn trace_survives_swapcontext_coroutines() {
 
 #[test]
 fn return_pad_unwind_expression_is_its_generators() {
-    // asm/x86_64.s's return pad FDE holds scripts/return-pad-cfi.py's output (its branch
-    // offsets are computed there): the two must not drift apart.
+    // asm/x86_64.s's and asm/aarch64.s's return pad FDEs hold scripts/return-pad-cfi.py's
+    // output (its branch offsets are computed there): they must not drift apart.
     require_tool("python3");
-    let out = run_ok(Command::new("python3").arg(root().join("scripts/return-pad-cfi.py")));
-    let generated = String::from_utf8(out.stdout).unwrap();
-    let asm = std::fs::read_to_string(root().join("asm/x86_64.s")).unwrap();
-    assert!(generated.lines().count() > 2, "{generated}");
-    assert!(
-        asm.contains(&generated),
-        "asm/x86_64.s does not hold scripts/return-pad-cfi.py's output:\n{generated}"
-    );
+    for arch in ["x86_64", "aarch64"] {
+        let script = root().join("scripts/return-pad-cfi.py");
+        let out = run_ok(Command::new("python3").arg(script).arg(arch));
+        let generated = String::from_utf8(out.stdout).unwrap();
+        let asm = std::fs::read_to_string(root().join(format!("asm/{arch}.s"))).unwrap();
+        assert!(generated.lines().count() > 2, "{generated}");
+        assert!(
+            asm.contains(&generated),
+            "asm/{arch}.s does not hold scripts/return-pad-cfi.py {arch}'s output:\n{generated}"
+        );
+    }
 }
