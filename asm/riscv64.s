@@ -100,6 +100,16 @@
     # This thread's stack, as the slow path last found it in /proc/self/maps: the mapping
     # [lo, hi) that held sp (src/arch/riscv64.rs StackBounds: lo at {STK_LO}, hi at {STK_HI}, {STK_SIZE} bytes of
     # initial-exec TLS); zero until then. Read by the fast path before it loads -8(s0).
+# What the return pad's unwind info reads (see instrfn_riscv64_exit): the address of the
+# thread registry's head (until start: of the zero word), the bytes of one shadow stack mapping,
+# and a zero word.
+    .data
+    .p2align 3
+    .globl instrfn_riscv64_registry
+    .hidden instrfn_riscv64_registry
+instrfn_riscv64_registry:
+    .quad instrfn_riscv64_registry + 16, 0, 0
+
     .section .tbss,"awT",@nobits
     .p2align 4
     .globl instrfn_riscv64_stack
@@ -809,8 +819,15 @@ instrfn_riscv64_slow:
 #   loaded (a handler may reuse the entry after it is popped). Before that, and in the slow
 #   part, it is undefined: a walk stops here (the returning frame's slot lies below sp, where
 #   the signal frame is, so the runtime's backtrace wrappers cannot put it back there).
-#   The nop before the label puts a return address that points at the label (looked up as
-#   address - 1) inside this FDE.
+#   A return address that points at the label (a replaced one, met by an unwinder linked into
+#   the program, which no wrapper reaches: C++ with -static-libgcc) is looked up as address - 1:
+#   the 4-byte nop before the label, instrfn_riscv64_return_pad, whose FDE describes a frame
+#   between the returning function and its caller, as x86_64's (asm/x86_64.s): the caller's sp
+#   is sp, the frame's own CFA sp + 16, and the caller's return address the `ret` word of the
+#   newest shadow entry whose slot is sp - 8, found by a DWARF expression
+#   (scripts/return-pad-cfi.py riscv64) that takes its own pc from ra (libgcc restores the
+#   return address column as a register) and from the pc-relative word before the pad the
+#   registry instrfn_riscv64_registry.
 # RETURN_ADDRESS_IN_ENTRY: CFI, the caller's return address (ra, DWARF register 1) is saved at
 #   [t4 + SH_RET]: DW_CFA_expression ra, DW_OP_breg29 (t4 = x29) SH_RET (a one-byte SLEB128:
 #   src/trace.rs asserts it).
@@ -818,14 +835,32 @@ instrfn_riscv64_slow:
     .cfi_escape 0x10, 1, 2, 0x8d, {SH_RET}
     .endm
 
-    .p2align 2
+    .p2align 3
+instrfn_riscv64_registry_rel:
+    .quad instrfn_riscv64_registry - instrfn_riscv64_registry_rel
+    .globl instrfn_riscv64_return_pad
+    .hidden instrfn_riscv64_return_pad
+instrfn_riscv64_return_pad:
+    .cfi_startproc
+    .cfi_def_cfa sp, 16
+    .cfi_escape 0x16, 2, 2, 0x72, 0x00      # DW_CFA_val_expression sp: DW_OP_breg2 0
+    .cfi_escape 0x10, 1, 98, 0x71, 0x74, 0x12, 0x06, 0x22, 0x12, 0x23, 0x08, 0x06, 0x16, 0x06, 0x06
+    .cfi_escape 0x72, 0x78, 0x16, 0x71, 0x74, 0x12, 0x06, 0x22, 0x23, 0x10, 0x15, 0x01
+    .cfi_escape 0x30, 0x29, 0x28, 0x45, 0x00, 0x15, 0x01, 0x23, {BLK_SHADOW}, 0x06, 0x12, 0x30
+    .cfi_escape 0x29, 0x28, 0x33, 0x00, 0x12, 0x15, 0x05, 0x22, 0x17, 0x12, 0x15, 0x03
+    .cfi_escape 0x2a, 0x28, 0x21, 0x00, 0x12, 0x23, {SH_SLOT}, 0x06, 0x12, 0x30, 0x29, 0x28
+    .cfi_escape 0x16, 0x00, 0x15, 0x05, 0x29, 0x28, 0x05, 0x00, 0x23, {SH_BYTES}, 0x2f, 0xe4
+    .cfi_escape 0xff, 0x16, 0x13, 0x12, 0x23, {SH_RET}, 0x16, 0x23, {SH_BYTES}, 0x2f, 0xd9, 0xff
+    .cfi_escape 0x13, 0x13, 0x16, 0x13, 0x2f, 0x01, 0x00, 0x13, 0x16, 0x06, 0x16, 0x2f
+    .cfi_escape 0xb4, 0xff
+    .4byte 0x00000013                      # nop (addi x0, x0, 0: 4 bytes, never compressed)
+    .cfi_endproc
     .globl instrfn_riscv64_exit
     .hidden instrfn_riscv64_exit
     .type instrfn_riscv64_exit,@function
+instrfn_riscv64_exit:
     .cfi_startproc
     .cfi_undefined ra
-    nop
-instrfn_riscv64_exit:
     la.tls.ie t0, instrfn_tls
     add t0, t0, tp                         # &Tls
     ld t1, {TLS_UNWOUND}(t0)

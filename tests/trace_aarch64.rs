@@ -513,38 +513,11 @@ fn aarch64_trace_survives_cpp_exceptions() {
 }
 
 /// C++ exceptions through -pg frames of a program linked with -static-libgcc
-/// -static-libstdc++, preloaded: its unwinder is in the program, which no wrapper reaches, and
-/// walks through the exit trampoline with its return pad's unwind info (asm/aarch64.s). Before
-/// that, the first throw through a traced frame ended in std::terminate.
+/// -static-libstdc++, preloaded (its unwinder walks through the exit trampoline with the return
+/// pad's unwind info, asm/aarch64.s; before, the first throw ended in std::terminate).
 #[test]
 fn aarch64_trace_survives_cpp_exceptions_with_a_static_libgcc() {
-    let dir = workdir("aarch64-trace-cpp-static-libgcc");
-    let gxx = "aarch64-linux-gnu-g++";
-    require_tool(gxx);
-    let obj = dir.join("throw.o");
-    run_ok(
-        Command::new(gxx)
-            .args(["-O2", "-pg", "-c"])
-            .arg(fixture("c/throw.cpp"))
-            .arg("-o")
-            .arg(&obj),
-    );
-    let exe = dir.join("throw");
-    run_ok(
-        Command::new(gxx)
-            .arg(&obj)
-            .args(["-static-libgcc", "-static-libstdc++", "-o"])
-            .arg(&exe),
-    );
-    let args = ["4", "6"];
-    let plain = run_exe(AARCH64, &exe, &args, &[], &dir);
-    let text = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
-    assert_eq!(text(&plain), "caught 8\n");
-    let trace = dir.join("trace");
-    let out = run_in_trace_mode(AARCH64, &exe, &args, true, &[], &dir, &trace);
-    assert_eq!(text(&out), text(&plain));
-    let counts = assert_balanced(&instrfn_dump(&trace)[0], "aarch64 c++ static-libgcc");
-    assert_cpp_exception_counts(&counts, "aarch64 c++ static-libgcc");
+    static_libgcc_cpp_runs(AARCH64, "aarch64-linux-gnu-g++");
 }
 
 /// Rust panics caught by catch_unwind, resume_unwind and std's Backtrace through instrumented

@@ -688,6 +688,14 @@ fn riscv64_trace_take_back_survives_a_handler_that_fills_chunks() {
     take_back_rounds(ARCH);
 }
 
+/// C++ exceptions through -pg frames of a program linked with -static-libgcc
+/// -static-libstdc++, preloaded (its unwinder walks through the exit trampoline with the return
+/// pad's unwind info, asm/riscv64.s; before, the first throw ended in std::terminate).
+#[test]
+fn riscv64_trace_survives_cpp_exceptions_with_a_static_libgcc() {
+    static_libgcc_cpp_runs(ARCH, "riscv64-linux-gnu-g++");
+}
+
 /// A traced, stack-walking signal handler at each instruction of the trace fast paths in turn
 /// (bpsweep.c: a breakpoint written over each instruction of _mcount's fast path and the exit
 /// trampoline's, and of -finstrument-functions' hooks, one call each, as tests/host.rs's

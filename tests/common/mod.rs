@@ -1847,6 +1847,40 @@ pub fn assert_cpp_exception_counts(counts: &BTreeMap<(String, String), u64>, con
     assert_counts(counts, &expected, context);
 }
 
+/// throw.cpp built `-O2 -pg` by `arch`'s g++ `gxx` and linked with -static-libgcc
+/// -static-libstdc++ (the program's own unwinder, which no wrapper reaches), run `4 6` plainly
+/// and in trace mode with libinstrfn.so preloaded: "caught 8" both times, a balanced trace with
+/// the counts of [`assert_cpp_exception_counts`].
+pub fn static_libgcc_cpp_runs(arch: Arch, gxx: &str) {
+    let context = format!("{} c++ static-libgcc", arch.name);
+    let dir = workdir(&format!("{}-trace-cpp-static-libgcc", arch.name));
+    require_tool(gxx);
+    let obj = dir.join("throw.o");
+    run_ok(
+        Command::new(gxx)
+            .args(["-O2", "-pg", "-c"])
+            .arg(fixture("c/throw.cpp"))
+            .arg("-o")
+            .arg(&obj),
+    );
+    let exe = dir.join("throw");
+    run_ok(
+        Command::new(gxx)
+            .arg(&obj)
+            .args(["-static-libgcc", "-static-libstdc++", "-o"])
+            .arg(&exe),
+    );
+    let args = ["4", "6"];
+    let text = |o: &Output| String::from_utf8_lossy(&o.stdout).into_owned();
+    let plain = run_exe(arch, &exe, &args, &[], &dir);
+    assert_eq!(text(&plain), "caught 8\n", "{context}");
+    let trace = dir.join("trace");
+    let out = run_in_trace_mode(arch, &exe, &args, true, &[], &dir, &trace);
+    assert_eq!(text(&out), text(&plain), "{context}");
+    let counts = assert_balanced(&instrfn_dump(&trace)[0], &context);
+    assert_cpp_exception_counts(&counts, &context);
+}
+
 /// throw.cpp compiled by `arch`'s cross g++ `gxx` (`-O2 -c` and `cflags`) into `<dir>`, linked
 /// by it for each [`Runtime`] into `<dir>/throw-<runtime>`, and run `4 6` without instrfn and
 /// in trace mode through `traced(exe, args, runtime)`, which returns the program's output and
