@@ -96,6 +96,15 @@
     # bytes, the second word (address << {EV_SHIFT}) | kind, kinds {EV_ENTRY} entry, {EV_EXIT} exit and {EV_NOEXIT} entry
     # without exit.
 
+# What the return pad's unwind info reads (see instrfn_s390x_exit): the address of the thread
+# registry's head (until start: of the zero word), the bytes of one shadow stack mapping, and a
+# zero word.
+    .data
+    .p2align 3
+    .globl instrfn_s390x_registry
+    .hidden instrfn_s390x_registry
+instrfn_s390x_registry:
+    .quad instrfn_s390x_registry + 16, 0, 0
     .data
     # Vector facility, found by the first slow path: 0 = not yet known, 1 = absent, 2 = present
     # (v0-v31 are saved). Threads that race to fill it store the same value.
@@ -656,9 +665,16 @@ instrfn_s390x_slow:
 #   unwinder ran; no room for the event) goes to instrfn_trace_exit_slow(tls, slot) through
 #   instrfn_s390x_slow (flag 2), with everything saved, in a frame of its own with a
 #   backchain; it returns the original return address of this frame.
-#   The CFI marks the return address (r14's column) undefined: an unwinder that reaches this
-#   trampoline stops here (see "Trace mode" above). The no-op (bcr 0) before the label puts a return
-#   address that points at the label (looked up as address - 1) inside this FDE.
+#   The CFI marks the return address (r14's column) undefined until the entry is known (see
+#   "Trace mode" above). A return address that points at the label (a replaced one, met by an
+#   unwinder linked into the program, which no wrapper reaches: C++ with -static-libgcc) is
+#   looked up as address - 1: the 4-byte no-op before the label, instrfn_s390x_return_pad,
+#   whose FDE describes a frame between the returning function and its caller, as x86_64's
+#   (asm/x86_64.s): the caller's r15 is r15, the frame's own CFA r15 + 168 (the function's is
+#   r15 + 160), and the caller's return address the `ret` word of the newest shadow entry whose
+#   slot is r15 + 112, found by a DWARF expression (scripts/return-pad-cfi.py s390x) that takes
+#   its own pc from r14 (libgcc restores the return address column as a register) and from
+#   the pc-relative word before the pad the registry instrfn_s390x_registry.
     .p2align 4
 # RETURN_ADDRESS_IN_ENTRY: CFI, the caller's return address (r14) is saved at [r4 + SH_RET]:
 #   DW_CFA_expression r14, DW_OP_breg4 SH_RET (a one-byte SLEB128: src/trace.rs asserts it).
@@ -666,13 +682,31 @@ instrfn_s390x_slow:
     .cfi_escape 0x10, 14, 2, 0x74, {SH_RET}
     .endm
 
+instrfn_s390x_registry_rel:
+    .quad instrfn_s390x_registry - instrfn_s390x_registry_rel
+    .globl instrfn_s390x_return_pad
+    .hidden instrfn_s390x_return_pad
+instrfn_s390x_return_pad:
+    .cfi_startproc
+    .cfi_def_cfa %r15, 168
+    .cfi_escape 0x16, 15, 2, 0x7f, 0x00     # DW_CFA_val_expression r15: DW_OP_breg15 0
+    .cfi_escape 0x10, 14, 99, 0x7e, 0x74, 0x12, 0x06, 0x22, 0x12, 0x23, 0x08, 0x06, 0x16, 0x06, 0x06
+    .cfi_escape 0x7f, 0xf0, 0x00, 0x16, 0x7e, 0x74, 0x12, 0x06, 0x22, 0x23, 0x10, 0x15
+    .cfi_escape 0x01, 0x30, 0x29, 0x28, 0x00, 0x45, 0x15, 0x01, 0x23, {BLK_SHADOW}, 0x06, 0x12
+    .cfi_escape 0x30, 0x29, 0x28, 0x00, 0x33, 0x12, 0x15, 0x05, 0x22, 0x17, 0x12, 0x15
+    .cfi_escape 0x03, 0x2a, 0x28, 0x00, 0x21, 0x12, 0x23, {SH_SLOT}, 0x06, 0x12, 0x30, 0x29
+    .cfi_escape 0x28, 0x00, 0x16, 0x15, 0x05, 0x29, 0x28, 0x00, 0x05, 0x23, {SH_BYTES}, 0x2f
+    .cfi_escape 0xff, 0xe4, 0x16, 0x13, 0x12, 0x23, {SH_RET}, 0x16, 0x23, {SH_BYTES}, 0x2f, 0xff
+    .cfi_escape 0xd9, 0x13, 0x13, 0x16, 0x13, 0x2f, 0x00, 0x01, 0x13, 0x16, 0x06, 0x16
+    .cfi_escape 0x2f, 0xff, 0xb4
+    .long 0x47000000                        # nop (bc 0,0: 4 bytes)
+    .cfi_endproc
     .globl instrfn_s390x_exit
     .hidden instrfn_s390x_exit
     .type instrfn_s390x_exit,@function
+instrfn_s390x_exit:
     .cfi_startproc
     .cfi_undefined %r14
-    bcr 0,%r0
-instrfn_s390x_exit:
     stmg %r4,%r5,32(%r15)
     ear %r14,%a0
     sllg %r14,%r14,32

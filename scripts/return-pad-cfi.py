@@ -7,27 +7,27 @@ expression that finds a replaced return address's original in the shadow stacks
 offsets computed here assume. tests/host.rs checks that each asm file holds exactly these
 lines: edit the expression here, then paste the output over them.
 
-    scripts/return-pad-cfi.py [x86_64|aarch64|riscv64]
+    scripts/return-pad-cfi.py [x86_64|aarch64|riscv64|s390x]
 
 Stack states are written [bottom .. top]; the unwinder pushes the CFA first (below them all).
-The frame's own pc (x86_64 rip, column 16; aarch64 x30 and riscv64 ra, the return address
-columns, which libgcc restores as registers: LLVM's libunwind does not, so these are for
-libgcc) is the label after the pad; the pc-relative word before the pad leads to the registry
-R. The key that finds the returning frame's entry: x86_64 and riscv64 its slot, sp - 8;
-aarch64 its caller's frame pointer, x29 (the entry's SH_FP word, what its exit trampoline
-compares too).
+The frame's own pc (x86_64 rip, column 16; aarch64 x30, riscv64 ra and s390x r14, the return
+address columns, which libgcc restores as registers: LLVM's libunwind does not, so these are
+for libgcc) is the label after the pad; the pc-relative word before the pad leads to the
+registry R. The key that finds the returning frame's entry: its slot, x86_64 and riscv64
+sp - 8, s390x r15 + 112; aarch64 its caller's frame pointer, x29 (the entry's SH_FP word, what
+its exit trampoline compares too).
 """
 import sys
 
 ARCH = sys.argv[1] if len(sys.argv) > 1 else "x86_64"
-if ARCH not in ("x86_64", "aarch64", "riscv64"):
-    sys.exit("usage: return-pad-cfi.py [x86_64|aarch64|riscv64]")
+if ARCH not in ("x86_64", "aarch64", "riscv64", "s390x"):
+    sys.exit("usage: return-pad-cfi.py [x86_64|aarch64|riscv64|s390x]")
 
 OP = {  # DWARF 5, 7.7.1
     "deref": 0x06, "dup": 0x12, "drop": 0x13, "pick": 0x15, "swap": 0x16, "rot": 0x17,
     "plus": 0x22, "plus_uconst": 0x23, "bra": 0x28, "eq": 0x29, "ge": 0x2a, "skip": 0x2f,
-    "lit0": 0x30, "breg1": 0x71, "breg2": 0x72, "breg7": 0x77, "breg16": 0x80, "breg29": 0x8d,
-    "breg30": 0x8e,
+    "lit0": 0x30, "breg1": 0x71, "breg2": 0x72, "breg7": 0x77, "breg14": 0x7e, "breg15": 0x7f,
+    "breg16": 0x80, "breg29": 0x8d, "breg30": 0x8e,
 }
 if ARCH == "x86_64":
     PC, TO_WORD, RA_COLUMN = "breg16", 0x77, 16    # the word 9 bytes before (SLEB -9)
@@ -35,9 +35,12 @@ if ARCH == "x86_64":
 elif ARCH == "aarch64":
     PC, TO_WORD, RA_COLUMN = "breg30", 0x74, 30    # the word 12 bytes before (SLEB -12)
     KEY = ["breg29", 0x00]                         # x29
-else:
+elif ARCH == "riscv64":
     PC, TO_WORD, RA_COLUMN = "breg1", 0x74, 1      # ra; the word 12 bytes before
     KEY = ["breg2", 0x78]                          # sp - 8 (only CFA - 8 slots are replaced)
+else:
+    PC, TO_WORD, RA_COLUMN = "breg14", 0x74, 14    # r14; the word 12 bytes before
+    KEY = ["breg15", 0xf0, 0x00]                   # r15 + 112 (SLEB 112: two bytes)
 
 code = []  # ("b", byte or "{OPERAND}") | ("br", op, label) | ("at", label)
 
@@ -100,7 +103,9 @@ for item in code:
         n += 1
     elif item[0] == "br":
         off = (where[item[2]] - (n + 3)) & 0xFFFF
-        out += ["0x%02x" % item[1], "0x%02x" % (off & 0xFF), "0x%02x" % (off >> 8)]
+        lo, hi = "0x%02x" % (off & 0xFF), "0x%02x" % (off >> 8)
+        # (A 2-byte operand is in the target's byte order: s390x is big-endian.)
+        out += ["0x%02x" % item[1]] + ([hi, lo] if ARCH == "s390x" else [lo, hi])
         n += 3
 rows = [", ".join(out[i:i + 12]) for i in range(0, len(out), 12)]
 print("    .cfi_escape 0x10, %d, %d, %s" % (RA_COLUMN, n, rows[0]))

@@ -2711,10 +2711,10 @@ fn trace_survives_swapcontext_coroutines() {
 
 #[test]
 fn return_pad_unwind_expression_is_its_generators() {
-    // asm/{x86_64,aarch64,riscv64}.s's return pad FDEs hold scripts/return-pad-cfi.py's
+    // asm/{x86_64,aarch64,riscv64,s390x}.s's return pad FDEs hold scripts/return-pad-cfi.py's
     // output (its branch offsets are computed there): they must not drift apart.
     require_tool("python3");
-    for arch in ["x86_64", "aarch64", "riscv64"] {
+    for arch in ["x86_64", "aarch64", "riscv64", "s390x"] {
         let script = root().join("scripts/return-pad-cfi.py");
         let out = run_ok(Command::new("python3").arg(script).arg(arch));
         let generated = String::from_utf8(out.stdout).unwrap();

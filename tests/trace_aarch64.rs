@@ -517,7 +517,7 @@ fn aarch64_trace_survives_cpp_exceptions() {
 /// pad's unwind info, asm/aarch64.s; before, the first throw ended in std::terminate).
 #[test]
 fn aarch64_trace_survives_cpp_exceptions_with_a_static_libgcc() {
-    static_libgcc_cpp_runs(AARCH64, "aarch64-linux-gnu-g++");
+    static_libgcc_cpp_runs(AARCH64, "aarch64-linux-gnu-g++", &["-pg"]);
 }
 
 /// Rust panics caught by catch_unwind, resume_unwind and std's Backtrace through instrumented

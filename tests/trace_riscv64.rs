@@ -693,7 +693,7 @@ fn riscv64_trace_take_back_survives_a_handler_that_fills_chunks() {
 /// pad's unwind info, asm/riscv64.s; before, the first throw ended in std::terminate).
 #[test]
 fn riscv64_trace_survives_cpp_exceptions_with_a_static_libgcc() {
-    static_libgcc_cpp_runs(ARCH, "riscv64-linux-gnu-g++");
+    static_libgcc_cpp_runs(ARCH, "riscv64-linux-gnu-g++", &["-pg"]);
 }
 
 /// A traced, stack-walking signal handler at each instruction of the trace fast paths in turn

@@ -41,6 +41,16 @@ fn compile_clang(dir: &Path, src: &str, flags: &[&str], obj: &str) -> PathBuf {
     obj
 }
 
+/// C++ exceptions through -pg and -pg -mfentry frames of a program linked with -static-libgcc
+/// -static-libstdc++, preloaded (its unwinder walks through the exit trampoline with the return
+/// pad's unwind info, asm/s390x.s; before, the first throw ended in an abort).
+#[test]
+fn s390x_trace_survives_cpp_exceptions_with_a_static_libgcc() {
+    for flags in [&["-pg"][..], &["-pg", "-mfentry"]] {
+        static_libgcc_cpp_runs(S390X, "s390x-linux-gnu-g++", flags);
+    }
+}
+
 #[test]
 fn s390x_trace_golden_call_tree_every_entry() {
     // A known call tree at 4 threads: exactly the expected entry/exit sequence per thread, for

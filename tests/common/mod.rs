@@ -1847,18 +1847,23 @@ pub fn assert_cpp_exception_counts(counts: &BTreeMap<(String, String), u64>, con
     assert_counts(counts, &expected, context);
 }
 
-/// throw.cpp built `-O2 -pg` by `arch`'s g++ `gxx` and linked with -static-libgcc
-/// -static-libstdc++ (the program's own unwinder, which no wrapper reaches), run `4 6` plainly
-/// and in trace mode with libinstrfn.so preloaded: "caught 8" both times, a balanced trace with
-/// the counts of [`assert_cpp_exception_counts`].
-pub fn static_libgcc_cpp_runs(arch: Arch, gxx: &str) {
-    let context = format!("{} c++ static-libgcc", arch.name);
-    let dir = workdir(&format!("{}-trace-cpp-static-libgcc", arch.name));
+/// throw.cpp built `-O2` and `cflags` (`-pg`, ...) by `arch`'s g++ `gxx` and linked with
+/// -static-libgcc -static-libstdc++ (the program's own unwinder, which no wrapper reaches), run
+/// `4 6` plainly and in trace mode with libinstrfn.so preloaded: "caught 8" both times, a
+/// balanced trace with the counts of [`assert_cpp_exception_counts`].
+pub fn static_libgcc_cpp_runs(arch: Arch, gxx: &str, cflags: &[&str]) {
+    let context = format!("{} c++ static-libgcc {}", arch.name, cflags.join(" "));
+    let dir = workdir(&format!(
+        "{}-trace-cpp-static-libgcc{}",
+        arch.name,
+        cflags.join("")
+    ));
     require_tool(gxx);
     let obj = dir.join("throw.o");
     run_ok(
         Command::new(gxx)
-            .args(["-O2", "-pg", "-c"])
+            .args(["-O2", "-c"])
+            .args(cflags)
             .arg(fixture("c/throw.cpp"))
             .arg("-o")
             .arg(&obj),
