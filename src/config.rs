@@ -73,9 +73,10 @@ pub const DEFAULT_DEPTH: usize = 4096;
 /// Exits are traced by default where the unwinder can be wrapped (glibc: it is libgcc_s,
 /// dynamic), and on x86_64 everywhere: an unwinder linked into the program (musl, glibc with
 /// crt-static, -static-libgcc) walks through the exit trampoline with its return pad's unwind
-/// info (asm/x86_64.s). A static program on another architecture would stop at the exit
-/// trampoline when a panic or exception unwinds: there trace mode records entries only unless
-/// INSTRFN_EXITS=on (safe for programs that never unwind).
+/// info (asm/x86_64.s). On the other architectures the pad's unwind info serves libgcc only
+/// (LLVM's libunwind, musl's, does not restore the return address column it reads), and a
+/// static program there records entries only unless INSTRFN_EXITS=on (safe for programs that
+/// never unwind).
 const EXITS_BY_DEFAULT: bool = cfg!(any(instrfn_wrapped, target_arch = "x86_64"));
 const MAX_DEPTH: usize = 1 << 20;
 pub const MAX_HZ: u32 = 100_000;

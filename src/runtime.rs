@@ -145,8 +145,7 @@ extern "C" fn on_load() {
         // (In a static program another constructor may have made a counting call first,
         // which started the runtime and chose the mode, entries only with INSTRFN_EXITS=off:
         // that choice stands.)
-        let early = started().is_none();
-        if early {
+        if started().is_none() {
             arch::set_mode(1);
         }
         // XRay sleds have no counting call to start the runtime lazily from: they are patched

@@ -127,7 +127,7 @@ pub struct ThreadBlock {
 static BLOCKS: AtomicPtr<ThreadBlock> = AtomicPtr::new(ptr::null_mut());
 
 /// Where a block's shadow stack mapping is, for code that walks the registry without Rust
-/// (the x86_64 return pad's unwind info, asm/x86_64.s). A block's `next`
+/// (the return pads' unwind info, asm/<arch>.s). A block's `next`
 /// is its first word.
 pub const BLOCK_SHADOW: usize =
     core::mem::offset_of!(ThreadBlock, trace) + crate::trace::BlockTrace::SHADOW_OFFSET;

@@ -140,7 +140,7 @@ pub struct BlockTrace {
 }
 
 impl BlockTrace {
-    /// Where `shadow` is (the x86_64 return pad's unwind info reads it: asm/x86_64.s).
+    /// Where `shadow` is (the return pads' unwind info reads it: asm/<arch>.s).
     pub const SHADOW_OFFSET: usize = core::mem::offset_of!(BlockTrace, shadow);
 
     pub const fn new() -> BlockTrace {
@@ -749,8 +749,8 @@ pub fn thread_started(tls: &mut Tls, block: &ThreadBlock) {
         t.shadow.store(shadow, Ordering::Relaxed);
     }
     // Entries a previous owner left (an orphaned block: its thread's exit was never
-    // reported) are cleared: free entries have slot 0 (SHADOW_RESERVE; the x86_64 return pad's
-    // unwind info stops at the first one, asm/x86_64.s).
+    // reported) are cleared: free entries have slot 0 (SHADOW_RESERVE; the return pads' unwind
+    // info stops at the first one, asm/<arch>.s).
     let mut e = shadow;
     while shadow != 0 && e < shadow + depth * SH_BYTES {
         // SAFETY: an entry of the block's shadow mapping, which this thread now owns.
