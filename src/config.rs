@@ -71,13 +71,12 @@ const MIN_BUFSIZE: usize = 4096;
 const MAX_BUFSIZE: usize = 1 << 30;
 pub const DEFAULT_DEPTH: usize = 4096;
 /// Exits are traced by default where the unwinder can be wrapped (glibc: it is libgcc_s,
-/// dynamic), and on x86_64 everywhere: an unwinder linked into the program (musl, glibc with
-/// crt-static, -static-libgcc) walks through the exit trampoline with its return pad's unwind
-/// info (asm/x86_64.s). On the other architectures the pad's unwind info serves libgcc only
-/// (LLVM's libunwind, musl's, does not restore the return address column it reads), and a
-/// static program there records entries only unless INSTRFN_EXITS=on (safe for programs that
-/// never unwind).
-const EXITS_BY_DEFAULT: bool = cfg!(any(instrfn_wrapped, target_arch = "x86_64"));
+/// dynamic) or reads the exit trampoline's return pad's unwind info (asm/<arch>.s): libgcc
+/// linked into the program (glibc with crt-static, C++ with -static-libgcc) everywhere, LLVM's
+/// libunwind (musl) on x86_64. On the other architectures LLVM's libunwind does not restore
+/// the return address column that unwind info reads, so a musl program there records entries
+/// only unless INSTRFN_EXITS=on (safe for programs that never unwind).
+const EXITS_BY_DEFAULT: bool = cfg!(any(target_env = "gnu", target_arch = "x86_64"));
 const MAX_DEPTH: usize = 1 << 20;
 pub const MAX_HZ: u32 = 100_000;
 pub const DEFAULT_MAX_ARCS: usize = 1 << 20;

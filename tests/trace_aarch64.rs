@@ -528,6 +528,12 @@ fn aarch64_trace_survives_rust_panics_and_backtraces() {
     let exe = build_instrumented_rust("rust-app", AARCH64.triple, "rust-app");
     let dir = workdir("aarch64-trace-rust-panics");
     rust_panic_runs(AARCH64, &exe, &dir, "aarch64", true);
+    // Linked statically (crt-static): libgcc_eh is in the program, no wrapper reaches it, and
+    // it walks through the exit trampoline with the return pad's unwind info (asm/aarch64.s).
+    let extra = "-C target-feature=+crt-static";
+    let exe = build_instrumented_rust_with("rust-app", AARCH64.triple, "rust-app", extra);
+    let dir = workdir("aarch64-trace-rust-panics-crt-static");
+    rust_panic_runs(AARCH64, &exe, &dir, "aarch64 crt-static", true);
 }
 
 /// Signal handlers that trace between any two instructions of the trampolines (tracesig.c, as
