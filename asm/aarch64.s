@@ -733,7 +733,7 @@ instrfn_aarch64_\name:
 //   (scripts/return-pad-cfi.py aarch64) that takes its own pc from x30 (libgcc restores the
 //   return address column as a register; LLVM's libunwind does not, so the pad is for libgcc,
 //   where aarch64 exits are traced by default), and from the pc-relative word before the pad
-//   the registry instrfn_aarch64_registry.
+//   the registry instrfn_registry.
 // RETURN_ADDRESS_IN_ENTRY: CFI, the caller's return address (x30) is saved at [x9 + SH_RET]:
 //   DW_CFA_expression x30, DW_OP_breg9 SH_RET (a one-byte SLEB128: src/trace.rs asserts it).
     .macro RETURN_ADDRESS_IN_ENTRY
@@ -742,7 +742,7 @@ instrfn_aarch64_\name:
 
     .p2align 4
 instrfn_aarch64_registry_rel:
-    .quad instrfn_aarch64_registry - instrfn_aarch64_registry_rel
+    .quad instrfn_registry - instrfn_aarch64_registry_rel
     .globl instrfn_aarch64_return_pad
     .hidden instrfn_aarch64_return_pad
 instrfn_aarch64_return_pad:
@@ -1018,14 +1018,6 @@ instrfn_aarch64_sites:
 // Nonzero where the CPU has SVE (AT_HWCAP), set by instrfn_aarch64_init at load time. Read by
 // the slow paths (SAVE_VECTORS).
     .data
-// What the return pad's unwind info reads (see instrfn_aarch64_exit): the address of the
-// thread registry's head (until start: of the zero word), the bytes of one shadow stack
-// mapping, and a zero word.
-    .p2align 3
-    .globl instrfn_aarch64_registry
-    .hidden instrfn_aarch64_registry
-instrfn_aarch64_registry:
-    .quad instrfn_aarch64_registry + 16, 0, 0
     .p2align 3
     .globl instrfn_aarch64_sve
     .hidden instrfn_aarch64_sve

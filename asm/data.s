@@ -102,3 +102,17 @@ instrfn_all_signals:
     .hidden instrfn_calls_lost
     .hidden instrfn_debug_call_guarded
     .hidden instrfn_debug_clear_thread
+
+# What the exit trampolines' return pads' unwind info reads (asm/<arch>.s, through a pc-relative
+# word before each pad): the address of the thread registry's head (until trace mode starts: of
+# the zero word, so an early walk finds no block), the bytes of one shadow stack mapping, and a
+# zero word (the return address of 0 where nothing is found). Set by src/arch/mod.rs
+# set_shadow_registry.
+    .data
+    .p2align 3
+    .globl instrfn_registry
+    .hidden instrfn_registry
+    .type instrfn_registry,%object
+    .size instrfn_registry, 24
+instrfn_registry:
+    .quad instrfn_registry + 16, 0, 0

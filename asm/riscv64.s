@@ -100,16 +100,6 @@
     # This thread's stack, as the slow path last found it in /proc/self/maps: the mapping
     # [lo, hi) that held sp (src/arch/riscv64.rs StackBounds: lo at {STK_LO}, hi at {STK_HI}, {STK_SIZE} bytes of
     # initial-exec TLS); zero until then. Read by the fast path before it loads -8(s0).
-# What the return pad's unwind info reads (see instrfn_riscv64_exit): the address of the
-# thread registry's head (until start: of the zero word), the bytes of one shadow stack mapping,
-# and a zero word.
-    .data
-    .p2align 3
-    .globl instrfn_riscv64_registry
-    .hidden instrfn_riscv64_registry
-instrfn_riscv64_registry:
-    .quad instrfn_riscv64_registry + 16, 0, 0
-
     .section .tbss,"awT",@nobits
     .p2align 4
     .globl instrfn_riscv64_stack
@@ -827,7 +817,7 @@ instrfn_riscv64_slow:
 #   newest shadow entry whose slot is sp - 8, found by a DWARF expression
 #   (scripts/return-pad-cfi.py riscv64) that takes its own pc from ra (libgcc restores the
 #   return address column as a register) and from the pc-relative word before the pad the
-#   registry instrfn_riscv64_registry.
+#   registry instrfn_registry.
 # RETURN_ADDRESS_IN_ENTRY: CFI, the caller's return address (ra, DWARF register 1) is saved at
 #   [t4 + SH_RET]: DW_CFA_expression ra, DW_OP_breg29 (t4 = x29) SH_RET (a one-byte SLEB128:
 #   src/trace.rs asserts it).
@@ -837,7 +827,7 @@ instrfn_riscv64_slow:
 
     .p2align 3
 instrfn_riscv64_registry_rel:
-    .quad instrfn_riscv64_registry - instrfn_riscv64_registry_rel
+    .quad instrfn_registry - instrfn_riscv64_registry_rel
     .globl instrfn_riscv64_return_pad
     .hidden instrfn_riscv64_return_pad
 instrfn_riscv64_return_pad:

@@ -96,15 +96,6 @@
     # bytes, the second word (address << {EV_SHIFT}) | kind, kinds {EV_ENTRY} entry, {EV_EXIT} exit and {EV_NOEXIT} entry
     # without exit.
 
-# What the return pad's unwind info reads (see instrfn_s390x_exit): the address of the thread
-# registry's head (until start: of the zero word), the bytes of one shadow stack mapping, and a
-# zero word.
-    .data
-    .p2align 3
-    .globl instrfn_s390x_registry
-    .hidden instrfn_s390x_registry
-instrfn_s390x_registry:
-    .quad instrfn_s390x_registry + 16, 0, 0
     .data
     # Vector facility, found by the first slow path: 0 = not yet known, 1 = absent, 2 = present
     # (v0-v31 are saved). Threads that race to fill it store the same value.
@@ -674,7 +665,7 @@ instrfn_s390x_slow:
 #   r15 + 160), and the caller's return address the `ret` word of the newest shadow entry whose
 #   slot is r15 + 112, found by a DWARF expression (scripts/return-pad-cfi.py s390x) that takes
 #   its own pc from r14 (libgcc restores the return address column as a register) and from
-#   the pc-relative word before the pad the registry instrfn_s390x_registry.
+#   the pc-relative word before the pad the registry instrfn_registry.
     .p2align 4
 # RETURN_ADDRESS_IN_ENTRY: CFI, the caller's return address (r14) is saved at [r4 + SH_RET]:
 #   DW_CFA_expression r14, DW_OP_breg4 SH_RET (a one-byte SLEB128: src/trace.rs asserts it).
@@ -683,7 +674,7 @@ instrfn_s390x_slow:
     .endm
 
 instrfn_s390x_registry_rel:
-    .quad instrfn_s390x_registry - instrfn_s390x_registry_rel
+    .quad instrfn_registry - instrfn_s390x_registry_rel
     .globl instrfn_s390x_return_pad
     .hidden instrfn_s390x_return_pad
 instrfn_s390x_return_pad:

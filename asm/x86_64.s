@@ -41,14 +41,6 @@
     # Shared data (instrfn_tls, instrfn_enabled, instrfn_all_signals) is in asm/data.s.
 
     .data
-    # What the return pad's unwind info reads (see instrfn_x86_64_return_pad): the address of
-    # the thread registry's head (until start: of the zero word, so an early walk finds no
-    # block), the bytes of one shadow stack mapping, and a zero word.
-    .p2align 3
-    .globl instrfn_x86_64_registry
-    .hidden instrfn_x86_64_registry
-instrfn_x86_64_registry:
-    .quad instrfn_x86_64_registry + 16, 0, 0
     # XSAVE parameters, found on first use by instrfn_x86_64_xsave_detect: the component mask
     # (0 = no XSAVE, use FXSAVE) and the area size (0 = not yet known). The mask is stored
     # before the size, so a thread that sees a size also sees its mask (x86 stores are ordered).
@@ -576,7 +568,7 @@ instrfn_x86_64_\name:
 #   frame below it, and took this frame for it when it had the function's), and the caller's
 #   return address the `ret` word of the newest shadow entry whose slot is rsp - 8, which a
 #   DWARF expression finds: from its own pc (DW_OP_breg16: the label) it reads the
-#   pc-relative word before the nop, which leads to instrfn_x86_64_registry (the thread
+#   pc-relative word before the nop, which leads to instrfn_registry (the thread
 #   registry's head address, the bytes of a shadow stack mapping, a zero word: src/trace.rs
 #   sets the first two at start), and walks every block's shadow stack from its base to its
 #   first free entry; not found: the zero word, a return address of 0, where unwinders stop.
@@ -585,7 +577,7 @@ instrfn_x86_64_\name:
 #   the two agree).
     .p2align 4
 instrfn_x86_64_registry_rel:
-    .quad instrfn_x86_64_registry - instrfn_x86_64_registry_rel
+    .quad instrfn_registry - instrfn_x86_64_registry_rel
     .globl instrfn_x86_64_return_pad
     .hidden instrfn_x86_64_return_pad
 instrfn_x86_64_return_pad:

@@ -591,29 +591,3 @@ mod tests {
         assert_eq!(step(0xa8c1_7bfd), Step::Unknown); // ldp x29, x30, [sp], #16
     }
 }
-
-unsafe extern "C" {
-    /// What the return pad's unwind info reads (asm/aarch64.s): the registry head's address,
-    /// the bytes of a shadow stack mapping, a zero word.
-    static mut instrfn_aarch64_registry: [usize; 3];
-}
-
-// The return pad's unwind expression was generated for 1-byte operands (asm/aarch64.s).
-const _: () = assert!(
-    crate::thread::BLOCK_SHADOW < 128
-        && SH_BYTES < 128
-        && SH_SLOT < 128
-        && SH_RET < 128
-        && SH_FP < 128
-);
-
-/// Tells the return pad's unwind info where the shadow stacks are (as on x86_64).
-pub fn set_shadow_registry(head: usize, bytes: usize) {
-    // SAFETY: plain words of asm/aarch64.s's data, read by unwinders only; the size is written
-    // before the head, which makes the walk find blocks.
-    unsafe {
-        let r = core::ptr::addr_of_mut!(instrfn_aarch64_registry).cast::<usize>();
-        r.add(1).write_volatile(bytes);
-        r.write_volatile(head);
-    }
-}

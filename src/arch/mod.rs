@@ -143,6 +143,31 @@ mod shared {
         static instrfn_mode: AtomicU8;
         /// INSTRFN_MIN_DURATION in counter ticks (0: off).
         static instrfn_min_ticks: core::sync::atomic::AtomicU64;
+        /// What the return pads' unwind info reads (asm/data.s).
+        static mut instrfn_registry: [usize; 3];
+    }
+
+    // The return pads' unwind expressions were generated for 1-byte operands
+    // (scripts/return-pad-cfi.py; asm/<arch>.s).
+    const _: () = assert!(
+        crate::thread::BLOCK_SHADOW < 128
+            && crate::trace::layout::SH_BYTES < 128
+            && crate::trace::layout::SH_SLOT < 128
+            && crate::trace::layout::SH_RET < 128
+            && crate::trace::layout::SH_FN + 8 < 128
+    );
+
+    /// Tells the return pads' unwind info where the shadow stacks are: the registry head's
+    /// address and the bytes of one shadow stack mapping (trace mode's start, before any return
+    /// address is replaced).
+    pub fn set_shadow_registry(head: usize, bytes: usize) {
+        // SAFETY: plain words of asm/data.s, read by unwinders only; the size is written before
+        // the head, which makes a walk find blocks.
+        unsafe {
+            let r = core::ptr::addr_of_mut!(instrfn_registry).cast::<usize>();
+            r.add(1).write_volatile(bytes);
+            r.write_volatile(head);
+        }
     }
 
     /// Sets the shortest call trace mode records, in counter ticks (start-up).

@@ -173,28 +173,3 @@ pub const MIN_DURATION_SUPPORTED: bool = true;
 pub fn replaceable(ret: usize) -> bool {
     ret != 0
 }
-
-unsafe extern "C" {
-    /// What the return pad's unwind info reads (asm/s390x.s): the registry head's address, the
-    /// bytes of a shadow stack mapping, a zero word.
-    static mut instrfn_s390x_registry: [usize; 3];
-}
-
-// The return pad's unwind expression was generated for 1-byte operands (asm/s390x.s).
-const _: () = assert!(
-    crate::thread::BLOCK_SHADOW < 128
-        && crate::trace::layout::SH_BYTES < 128
-        && crate::trace::layout::SH_SLOT < 128
-        && crate::trace::layout::SH_RET < 128
-);
-
-/// Tells the return pad's unwind info where the shadow stacks are (as on x86_64).
-pub fn set_shadow_registry(head: usize, bytes: usize) {
-    // SAFETY: plain words of asm/s390x.s's data, read by unwinders only; the size is written
-    // before the head, which makes the walk find blocks.
-    unsafe {
-        let r = core::ptr::addr_of_mut!(instrfn_s390x_registry).cast::<usize>();
-        r.add(1).write_volatile(bytes);
-        r.write_volatile(head);
-    }
-}

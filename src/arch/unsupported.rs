@@ -72,5 +72,5 @@ pub fn mode() -> u8 {
     0
 }
 
-/// (x86_64 only: its return pad's unwind info reads the registry.)
+/// (No trampolines, no return pad.)
 pub fn set_shadow_registry(_head: usize, _bytes: usize) {}

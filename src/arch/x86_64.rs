@@ -70,30 +70,6 @@ pub fn counter() -> u64 {
 
 unsafe extern "C" {
     fn instrfn_x86_64_exit();
-    /// What the return pad's unwind info reads (asm/x86_64.s): the registry head's address,
-    /// the bytes of a shadow stack mapping, a zero word.
-    static mut instrfn_x86_64_registry: [usize; 3];
-}
-
-// The return pad's unwind expression was generated for 1-byte operands (asm/x86_64.s).
-const _: () = assert!(
-    crate::thread::BLOCK_SHADOW < 128
-        && crate::trace::layout::SH_BYTES < 128
-        && crate::trace::layout::SH_SLOT < 128
-        && crate::trace::layout::SH_RET < 128
-);
-
-/// Tells the return pad's unwind info where the shadow stacks are: the registry head's
-/// address and the bytes of one shadow stack mapping (trace mode's start, before any return
-/// address is replaced).
-pub fn set_shadow_registry(head: usize, bytes: usize) {
-    // SAFETY: plain words of asm/x86_64.s's data, read by unwinders only; the size is written
-    // before the head, which makes the walk find blocks.
-    unsafe {
-        let r = core::ptr::addr_of_mut!(instrfn_x86_64_registry).cast::<usize>();
-        r.add(1).write_volatile(bytes);
-        r.write_volatile(head);
-    }
 }
 
 /// A second word that holds a replaced return address for a while (none here: see
