@@ -1847,6 +1847,22 @@ pub fn assert_cpp_exception_counts(counts: &BTreeMap<(String, String), u64>, con
     assert_counts(counts, &expected, context);
 }
 
+/// tests/fixtures/c/throw.cpp compiled by g++ `gxx` (`-O2 -c` and `cflags`) into
+/// `<dir>/throw.o`.
+fn throw_object(gxx: &str, cflags: &[&str], dir: &Path) -> PathBuf {
+    require_tool(gxx);
+    let obj = dir.join("throw.o");
+    run_ok(
+        Command::new(gxx)
+            .args(["-O2", "-c"])
+            .args(cflags)
+            .arg(fixture("c/throw.cpp"))
+            .arg("-o")
+            .arg(&obj),
+    );
+    obj
+}
+
 /// throw.cpp built `-O2` and `cflags` (`-pg`, ...) by `arch`'s g++ `gxx` and linked with
 /// -static-libgcc -static-libstdc++ (the program's own unwinder, which no wrapper reaches), run
 /// `4 6` plainly and in trace mode with libinstrfn.so preloaded: "caught 8" both times, a
@@ -1858,16 +1874,7 @@ pub fn static_libgcc_cpp_runs(arch: Arch, gxx: &str, cflags: &[&str]) {
         arch.name,
         cflags.join("")
     ));
-    require_tool(gxx);
-    let obj = dir.join("throw.o");
-    run_ok(
-        Command::new(gxx)
-            .args(["-O2", "-c"])
-            .args(cflags)
-            .arg(fixture("c/throw.cpp"))
-            .arg("-o")
-            .arg(&obj),
-    );
+    let obj = throw_object(gxx, cflags, &dir);
     let exe = dir.join("throw");
     run_ok(
         Command::new(gxx)
@@ -1899,16 +1906,7 @@ pub fn cross_cpp_exception_runs(
     extra: &[(&str, &str, u64)],
     traced: impl Fn(&Path, &[&str], Runtime) -> (String, DumpProcess),
 ) {
-    require_tool(gxx);
-    let obj = dir.join("throw.o");
-    run_ok(
-        Command::new(gxx)
-            .args(["-O2", "-c"])
-            .args(cflags)
-            .arg(fixture("c/throw.cpp"))
-            .arg("-o")
-            .arg(&obj),
-    );
+    let obj = throw_object(gxx, cflags, dir);
     let lib = runtime_lib(arch, Lib::Static);
     let name = dir.file_name().unwrap().to_string_lossy();
     for runtime in [Runtime::Preload, Runtime::Static] {
