@@ -1744,16 +1744,8 @@ fn trace_golden_call_tree_every_entry() {
             &dir.join("calltree-linked"),
         );
         let tdir = dir.join("linked-trace");
-        let tdir_s = tdir.display().to_string();
-        run_exe(
-            X86_64,
-            &linked,
-            &args,
-            &[("INSTRFN_MODE", "trace"), ("INSTRFN_OUTPUT", &tdir_s)],
-            &dir,
-        );
-        let procs = instrfn_dump(&tdir);
-        assert_calltree(&procs[0], T, K, &format!("{name} linked"));
+        run_in_trace_mode(X86_64, &linked, &args, false, &[], &dir, &tdir);
+        assert_calltree(&instrfn_dump(&tdir)[0], T, K, &format!("{name} linked"));
 
         // musl, linked statically (exits traced there too: x86_64's return pad has unwind
         // info for a static unwinder, asm/x86_64.s).
@@ -1767,16 +1759,8 @@ fn trace_golden_call_tree_every_entry() {
             &dir.join("calltree-musl"),
         );
         let mdir = dir.join("musl-trace");
-        let mdir_s = mdir.display().to_string();
-        run_exe(
-            X86_64_MUSL,
-            &musl,
-            &args,
-            &[("INSTRFN_MODE", "trace"), ("INSTRFN_OUTPUT", &mdir_s)],
-            &dir,
-        );
-        let procs = instrfn_dump(&mdir);
-        assert_calltree(&procs[0], T, K, &format!("{name} musl"));
+        run_in_trace_mode(X86_64_MUSL, &musl, &args, false, &[], &dir, &mdir);
+        assert_calltree(&instrfn_dump(&mdir)[0], T, K, &format!("{name} musl"));
     }
 }
 

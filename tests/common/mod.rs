@@ -1666,7 +1666,12 @@ pub fn run_in_trace_mode(
     trace: &Path,
 ) -> Output {
     let _ = std::fs::remove_dir_all(trace);
-    let lib = runtime_lib(arch, Lib::Shared).display().to_string();
+    // (Only preloading needs the shared library: musl has none.)
+    let lib = if preload {
+        runtime_lib(arch, Lib::Shared).display().to_string()
+    } else {
+        String::new()
+    };
     let out = trace.display().to_string();
     let mut env = vec![("INSTRFN_MODE", "trace"), ("INSTRFN_OUTPUT", out.as_str())];
     if preload {
