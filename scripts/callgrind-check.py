@@ -30,6 +30,7 @@ and the output is unchanged, 1 otherwise, 2 on a setup problem.
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -131,6 +132,8 @@ def main():
     for p in (a.instrfn, a.lib):
         if not os.path.exists(p):
             die(f"{p} does not exist (cargo build --release)")
+    if not shutil.which(cmd[0]):
+        die(f"{cmd[0]}: no such program")
     work = a.keep or tempfile.mkdtemp(prefix="callgrind-check-")
     os.makedirs(work, exist_ok=True)
     trace = os.path.join(work, "trace")
