@@ -3,8 +3,8 @@
 # and shadow stack protocol, which these follow exactly), and the C-ABI entries that
 # instrfn-xray's compiler-rt handler continues in. Assembled by src/arch/x86_64.rs in one
 # global_asm! block after asm/x86_64.s, whose operands (its header lists them) and trace macros
-# this file uses: SCRATCH_SAVE/SCRATCH_RESTORE (the red zone), TIMESTAMP, TRACE_EVENT and
-# EVENT_WORD (events), SHADOW_RESERVE, SHADOW_RELEASE and SHADOW_POP (shadow entries). Of the
+# this file uses: SCRATCH_SAVE/SCRATCH_RESTORE (the red zone), TIMESTAMP and TRACE_EVENT
+# (events), SHADOW_RESERVE, SHADOW_RELEASE and SHADOW_POP (shadow entries). Of the
 # gmon layout nothing is used here: XRay sleds are patched in trace mode only.
 #
 # A sled as LLVM emits it, and as instrfn patches it (11 bytes; w = (id << 8) | 9):
@@ -172,7 +172,7 @@
     movq %rdi, -48(%rsp)
     TIMESTAMP
     # our event (past the chunk's end, or no chunk: the entry given back, slow path)
-    TRACE_EVENT 2, %rdi, .Lxe_unpush_\name, %rsi, %rdx, ${EV_ENTRY}
+    TRACE_EVENT 2, %rdi, .Lxe_unpush_\name, %rsi, entry
     movq -48(%rsp), %rax                    # the shadow entry: function, ret 0, slot last
     movq %rsi, {SH_FN}(%rax)
     movq $0, {SH_RET}(%rax)
@@ -186,7 +186,7 @@
     # exit.
     movq %rax, %rcx                         # rcx = Tls offset from here on
     TIMESTAMP
-    TRACE_EVENT 3, %rdi, .Lxe_slow_\name, %rsi, %rdx, ${EV_NOEXIT}
+    TRACE_EVENT 3, %rdi, .Lxe_slow_\name, %rsi, noexit
     jmp .Lxe_out_\name
 .Lxe_unpush_\name:
     SHADOW_RELEASE
@@ -243,7 +243,7 @@
     # Ours: its entry was recorded, so its exit is, recording on or off: the event of the
     # function that returns (no room: the slow path does it all), then the entry popped.
     TIMESTAMP
-    TRACE_EVENT 1, %rsi, .Lx_reload_\name, {SH_FN}(%rdi), %rsi, ${EV_EXIT}
+    TRACE_EVENT 1, %rsi, .Lx_reload_\name, {SH_FN}(%rdi), exit
     SHADOW_POP %rdi
 .Lx_out_\name:
     SCRATCH_RESTORE -48
@@ -253,11 +253,14 @@
     # sled: its exit, alone.
     cmpb $0, instrfn_enabled(%rip)
     je .Lx_out_\name
-    btq $63, %rsi
+    btrq $63, %rsi                          # (cleared for the event's word)
     jnc .Lx_slow_\name
     TIMESTAMP
-    TRACE_EVENT 2, %rdi, .Lx_slow_\name, %rsi, %rsi, ${EV_EXIT} # (bit 63 shifted out)
+    TRACE_EVENT 2, %rdi, .Lx_full_\name, %rsi, exit
     jmp .Lx_out_\name
+.Lx_full_\name:
+    btsq $63, %rsi                          # the table entry again, for the slow path
+    jmp .Lx_slow_\name
 .Lx_reload_\name:
     XFN \via
 .Lx_slow_\name:

@@ -3,7 +3,7 @@
 # This is the annotated reference: the other architectures follow the same plan and their files
 # only document how they differ. The file is assembled as one `global_asm!` block by
 # src/arch/x86_64.rs, followed by asm/x86_64-xray.s (the XRay trampolines, which use this
-# file's operands and its trace macros: SCRATCH_SAVE, SCRATCH_RESTORE, TIMESTAMP, EVENT_WORD,
+# file's operands and its trace macros: SCRATCH_SAVE, SCRATCH_RESTORE, TIMESTAMP,
 # TRACE_EVENT, SHADOW_RESERVE, SHADOW_RELEASE, SHADOW_POP); the exported names (mcount, _mcount,
 # __fentry__, the gcrt entry points and the C API) are naked Rust functions there that jump
 # into the routines below, because a cdylib exports only symbols that rustc itself defines.
@@ -154,42 +154,77 @@ instrfn_x86_64_xsave_size:
     orq %rax, %rdx                          # rdx = timestamp
     .endm
 
-# EVENT_WORD dst, fn, kind: dst = fn << {EV_SHIFT} | kind, the tagged word of an event of
-#   function fn (a register, dst itself included, or a memory operand); kind = $EV_ENTRY,
-#   $EV_EXIT or $EV_NOEXIT. Clobbers nothing else.
-    .macro EVENT_WORD dst, fn, kind
-    .ifnc \fn,\dst
-    movq \fn, \dst
-    .endif
-    shlq ${EV_SHIFT}, \dst
-    orq \kind, \dst
-    .endm
-
-# TRACE_EVENT again, next, full, fn, tmp, kind: reserves this thread's next event and writes
-#   it. In: rcx = the Tls offset, rdx = the timestamp; fn, tmp, kind as EVENT_WORD's (fn is
-#   read only once the event is reserved and written, so it must not be or use rax or next).
+# TRACE_EVENT again, next, full, fn, kind: reserves this thread's next event and writes it,
+#   a compact one (docs/trace-format.md, version 2): one word if it can be short, else two.
+#   In: rcx = the Tls offset, rdx = the timestamp; fn a register or a memory operand, read
+#   more than once, that must not be or use rax, rdx or next; kind entry, exit or noexit.
 #   `again` is a numeric label defined here at the loop head (a caller may jump back to
-#   `again`b with rdx = a timestamp to reserve anew).
-#   The event is reserved with a cmpxchg of the chunk position against the room checked just
-#   before: rax = trace_pos, next = rax + {EV_BYTES}, next <= trace_end, then trace_pos =
-#   next if it still is rax. A handler that moved it meanwhile (events of its own, or a new
-#   chunk for the thread) makes the cmpxchg fail: again. So an event is never reserved past a
-#   chunk's end and never left unwritten.
+#   `again`b with rdx = a timestamp to reserve anew); the macro's own labels are 7, 8 and 9.
+#   The form is chosen against the Tls copies of the chunk's bases: short (8 bytes,
+#   `(fn - code base) << 32 | (time - time base) << 2 | tag`) if fn - code base < 2^32 and
+#   time - time base < 2^30, else long (16 bytes: `fn << 8 | kind << 2 | 3`, then the
+#   timestamp). The event is reserved with a cmpxchg of the chunk position against the room
+#   checked just before: rax = trace_pos, next = rax + size, next <= trace_end, then
+#   trace_pos = next if it still is rax. A handler that moved it meanwhile (events of its
+#   own, or a new chunk, whose bases may differ) makes the cmpxchg fail: again (a short
+#   event's with a fresh timestamp, as rdx holds its word by then). So an event is never
+#   reserved past a chunk's end, never left unwritten, and its word is made from the bases of
+#   the chunk it is in (they are read before the cmpxchg that checks they still hold).
 #   No room (past the chunk's end, or no chunk: trace_end 0): jumps to `full` with nothing
-#   reserved; rax and next clobbered, rdx intact.
-#   Else writes the timestamp, then the word that marks the event written (EVENT_WORD tmp, fn,
-#   kind). Out: rax = the event. Clobbers next and tmp (tmp may be next, rdx, or fn itself).
-    .macro TRACE_EVENT again, next, full, fn, tmp, kind
+#   reserved; rax, next and rdx clobbered (the slow paths read their own time).
+#   Else writes the event: a short one with one store; a long one's timestamp, then its
+#   first word, which marks it written. Out: rax = the event. Clobbers next and rdx.
+    .macro TRACE_EVENT again, next, full, fn, kind
 \again:
     movq %fs:{TLS_TRACE_POS}(%rcx), %rax    # our event, if there is room
-    leaq {EV_BYTES}(%rax), \next
+    .ifc \kind,noexit
+    jmp 8f                                  # an entry without exit: always long
+    .else
+    movq \fn, \next
+    subq %fs:{TLS_TRACE_CBASE}(%rcx), \next
+    shrq $32, \next
+    jnz 8f                                  # out of the code base's reach: long
+    movq %rdx, \next
+    subq %fs:{TLS_TRACE_TBASE}(%rcx), \next
+    cmpq $((1 << {EV_TIME_BITS}) - 1), \next
+    ja 8f                                   # out of the time base's (or before it): long
+    movq \fn, %rdx
+    subq %fs:{TLS_TRACE_CBASE}(%rcx), %rdx
+    shlq $32, %rdx
+    .ifc \kind,entry
+    leaq {EV_TAG_ENTRY}(%rdx,\next,4), %rdx # the short word
+    .else
+    leaq {EV_TAG_EXIT}(%rdx,\next,4), %rdx
+    .endif
+    leaq {EV_SHORT_BYTES}(%rax), \next
+    cmpq %fs:{TLS_TRACE_END}(%rcx), \next
+    ja \full                                # past the chunk's end (or no chunk)
+    cmpxchgq \next, %fs:{TLS_TRACE_POS}(%rcx) # claimed, unless a handler moved it
+    jne 7f
+    movq %rdx, (%rax)
+    jmp 9f
+7:  TIMESTAMP                               # a handler came in between: a fresh time, again
+    jmp \again\()b
+    .endif
+8:  leaq {EV_BYTES}(%rax), \next
     cmpq %fs:{TLS_TRACE_END}(%rcx), \next
     ja \full                                # past the chunk's end (or no chunk)
     cmpxchgq \next, %fs:{TLS_TRACE_POS}(%rcx) # claimed, unless a handler moved it: again
     jne \again\()b
-    movq %rdx, (%rax)                       # timestamp, then the word that marks it written
-    EVENT_WORD \tmp, \fn, \kind
-    movq \tmp, 8(%rax)
+    movq %rdx, 8(%rax)                      # timestamp, then the word that marks it written
+    movq \fn, %rdx
+    shlq ${EV_LONG_SHIFT}, %rdx
+    .ifc \kind,entry
+    orq $(({EV_ENTRY} << 2) | {EV_TAG_LONG}), %rdx
+    .endif
+    .ifc \kind,exit
+    orq $(({EV_EXIT} << 2) | {EV_TAG_LONG}), %rdx
+    .endif
+    .ifc \kind,noexit
+    orq $(({EV_NOEXIT} << 2) | {EV_TAG_LONG}), %rdx
+    .endif
+    movq %rdx, (%rax)
+9:
     .endm
 
 # SHADOW_RESERVE slow, full: reserves a shadow entry for the frame whose return slot is rdi.
@@ -361,9 +396,9 @@ instrfn_x86_64_\name:
     TIMESTAMP
     # the event (past the chunk's end, or no chunk: the slow path)
     .ifc \trace,exit
-    TRACE_EVENT 2, %rdi, .Ltnochunk_\name, %rsi, %rdx, ${EV_EXIT}
+    TRACE_EVENT 2, %rdi, .Ltnochunk_\name, %rsi, exit
     .else
-    TRACE_EVENT 2, %rdi, .Ltnochunk_\name, %rsi, %rdx, ${EV_ENTRY}
+    TRACE_EVENT 2, %rdi, .Ltnochunk_\name, %rsi, entry
     .endif
     .ifc \trace,hijack
     movq -48(%rsp), %rax                    # the shadow entry
@@ -386,7 +421,7 @@ instrfn_x86_64_\name:
     # An entry without exit: the event alone (kind EV_NOEXIT), nothing replaced.
     movq %rax, %rcx
     TIMESTAMP
-    TRACE_EVENT 3, %rdi, .Ltslow_\name, %rsi, %rdx, ${EV_NOEXIT}
+    TRACE_EVENT 3, %rdi, .Ltslow_\name, %rsi, noexit
     jmp .Lout_\name
     .endif
 .Ltunpush_\name:
@@ -636,7 +671,7 @@ instrfn_x86_64_exit_ours:
     jne .Lexit_short
     # Our event, reserved as in the entry's fast path, of the function that returned. No
     # room: the slow path does it all (the entry is still pushed).
-    TRACE_EVENT 1, %rdi, .Lexit_slow, {SH_FN}(%rsi), %rdi, ${EV_EXIT}
+    TRACE_EVENT 1, %rdi, .Lexit_slow, {SH_FN}(%rsi), exit
 .Lexit_pop:
     # Popped after the event: until here a handler that interrupts us finds the entry intact
     # (it pushes and pops above it).
@@ -676,44 +711,86 @@ instrfn_x86_64_exit_pop:
 .Lexit_short:
     # INSTRFN_MIN_DURATION: a call shorter than instrfn_min_ticks whose entry is still the
     # thread's newest event (its callees, if any, were short too and taken back already) leaves
-    # no events: its entry is taken back. The exit event is reserved first, as always: while
-    # its tag is 0 the chunk is not all written, so it is never committed and reused, however
-    # many chunks a signal handler fills meanwhile (src/collector.rs `retire`) — every load and
-    # store below stays inside it. Then, if the event before ours is our entry and the call was
-    # short, the entry's tag is zeroed and the position moved back over both with a cmpxchg
-    # that fails if a handler reserved an event after ours; then the tag goes back and our
-    # exit is written in the place we reserved (before the handler's events, and stamped
-    # before them). rdx = timestamp; rax, rdi free.
+    # no events: its entry is taken back. The exit event (here always a long one) is reserved
+    # first, as always: while its first word is 0 the chunk is not all written, so it is never
+    # committed and reused, however many chunks a signal handler fills meanwhile
+    # (src/collector.rs `retire`) — every load and store below stays inside it. Then, if the
+    # event before ours is our entry (a long one at -16, or a short one at -8: the first event
+    # of a chunk finds the header's zero words there) and the call was short, the entry's
+    # words are zeroed and the position moved back over both with a cmpxchg that fails if a
+    # handler reserved an event after ours; then the entry's words go back and our exit is
+    # written in the place we reserved (before the handler's events, and stamped before them).
+    # (A long event's second word, a timestamp, cannot pass for a short entry of ours: its
+    # high half would be the entry's function - code base, at least 2^31 - the code's size,
+    # which the time stamp counter reaches after a century.) rdx = timestamp; rax, rdi free;
+    # the red zone below the registers pushed holds r8 and the two words before our event
+    # while the entry is taken back.
 3:  movq %fs:{TLS_TRACE_POS}(%rcx), %rax
     leaq {EV_BYTES}(%rax), %rdi
     cmpq %fs:{TLS_TRACE_END}(%rcx), %rdi
     ja .Lexit_slow                          # no room (or no chunk): the slow path does it all
     cmpxchgq %rdi, %fs:{TLS_TRACE_POS}(%rcx) # claimed, unless a handler moved it: again
     jne 3b
-    EVENT_WORD %rdi, {SH_FN}(%rsi), ${EV_ENTRY} # our entry's tag
-    cmpq %rdi, -8(%rax)
-    jne 4f                                  # not ours (the first event of a chunk finds the
-                                            # header's zero word there): the exit is written
+    movq {SH_FN}(%rsi), %rdi
+    shlq ${EV_LONG_SHIFT}, %rdi
+    orq $(({EV_ENTRY} << 2) | {EV_TAG_LONG}), %rdi # our entry's first word, if long
+    cmpq %rdi, -16(%rax)
+    jne 6f
     movq %rdx, %rdi
-    subq -16(%rax), %rdi                    # the call's length in ticks
+    subq -8(%rax), %rdi                     # the call's length in ticks
     cmpq instrfn_min_ticks(%rip), %rdi
     jae 4f                                  # long enough: recorded
+    leaq -{EV_BYTES}(%rax), %rdi            # where the entry starts
+    jmp instrfn_x86_64_exit_take_back
+6:  movq {SH_FN}(%rsi), %rdi
+    subq %fs:{TLS_TRACE_CBASE}(%rcx), %rdi
+    shlq $32, %rdi
+    orq ${EV_TAG_ENTRY}, %rdi               # our entry's word if short, its time aside
+    xorq -8(%rax), %rdi
+    testb $3, %dil
+    jnz 4f                                  # not a short entry
+    shrq $32, %rdi
+    jnz 4f                                  # not ours (or not from this chunk's bases)
+    movl -8(%rax), %edi
+    shrl $2, %edi                           # its time - the time base
+    addq %fs:{TLS_TRACE_TBASE}(%rcx), %rdi
+    negq %rdi
+    addq %rdx, %rdi                         # the call's length in ticks
+    cmpq instrfn_min_ticks(%rip), %rdi
+    jae 4f                                  # long enough: recorded
+    leaq -{EV_SHORT_BYTES}(%rax), %rdi      # where the entry starts
     .globl instrfn_x86_64_exit_take_back    # (tests/fixtures/c/exit_window.c stops here)
     .hidden instrfn_x86_64_exit_take_back
 instrfn_x86_64_exit_take_back:
-    movq $0, -8(%rax)                       # the entry is unwritten again
-    leaq -{EV_BYTES}(%rax), %rdi
-    addq ${EV_BYTES}, %rax                  # the position just past our exit's place
+    # rdi = the entry, rax = our exit's place. (A handler that gave the thread a new chunk
+    # since our reservation made the Tls bases read above another chunk's: the cmpxchg below
+    # fails then, as the position moved, and everything goes back as it was.)
+    movq %r8, -24(%rsp)
+    movq -16(%rax), %r8
+    movq %r8, -16(%rsp)
+    movq -8(%rax), %r8
+    movq %r8, -8(%rsp)
+    movq $0, (%rdi)                         # the entry is unwritten again, its first word
+    movq $0, -8(%rax)                       # first (and a long one's timestamp: an event
+                                            # written there next may be short)
+    movq %rax, %r8                          # our exit's place
+    addq ${EV_BYTES}, %rax                  # the position just past it
     cmpxchgq %rdi, %fs:{TLS_TRACE_POS}(%rcx) # back over both, if nothing came after them
     jne 5f
+    movq -24(%rsp), %r8
     incq %fs:{TLS_DROPPED}(%rcx)
     jmp .Lexit_pop
-5:  leaq {EV_BYTES}(%rdi), %rax              # a handler came in between: the entry stays
-    EVENT_WORD %rdi, {SH_FN}(%rsi), ${EV_ENTRY}
-    movq %rdi, -8(%rax)
-4:  movq %rdx, (%rax)                       # our exit: timestamp, then the word that marks it
-    EVENT_WORD %rdi, {SH_FN}(%rsi), ${EV_EXIT}
-    movq %rdi, 8(%rax)
+5:  movq -8(%rsp), %rax                     # a handler came in between: the entry stays (its
+    movq %rax, -8(%r8)                      # words back, the one that marks it written last)
+    movq -16(%rsp), %rax
+    movq %rax, -16(%r8)
+    movq %r8, %rax
+    movq -24(%rsp), %r8
+4:  movq %rdx, 8(%rax)                      # our exit: timestamp, then the word that marks it
+    movq {SH_FN}(%rsi), %rdi
+    shlq ${EV_LONG_SHIFT}, %rdi
+    orq $(({EV_EXIT} << 2) | {EV_TAG_LONG}), %rdi
+    movq %rdi, (%rax)
     jmp .Lexit_pop
 .Lexit_slow:
     # instrfn_trace_exit_slow(&Tls, slot) with everything saved; it returns the original

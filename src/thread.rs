@@ -19,7 +19,7 @@ use crate::arcs::{self, ArcTable};
 use crate::sampler::{self, PcTable};
 use crate::sys;
 
-/// This thread's state as the trampolines see it (`instrfn_tls` in `asm/data.s`, 144 bytes of
+/// This thread's state as the trampolines see it (`instrfn_tls` in `asm/data.s`, 152 bytes of
 /// initial-exec TLS). The assembly addresses the fields through the `TLS_*` operands of
 /// `trampoline_asm!` (src/arch/mod.rs).
 #[repr(C)]
@@ -63,7 +63,13 @@ pub struct Tls {
     pub stack_hi: usize,
     /// Calls trace mode left out at record time (INSTRFN_MIN_DURATION), not yet reported.
     pub dropped: usize,
-    _spare: usize,
+    /// Compact events (src/trace.rs `COMPACT`): the current chunk's time base and code base,
+    /// copies of its header's (docs/trace-format.md). A short event stores its time and its
+    /// function relative to them; the trampolines read them before they reserve the event
+    /// (a handler that gives the thread a new chunk meanwhile moves `trace_pos`, and the
+    /// reservation is tried again).
+    pub trace_tbase: u64,
+    pub trace_cbase: usize,
 }
 
 impl Tls {
@@ -86,12 +92,13 @@ impl Tls {
         stack_lo: 0,
         stack_hi: 0,
         dropped: 0,
-        _spare: 0,
+        trace_tbase: 0,
+        trace_cbase: 0,
     };
 }
 
 /// Bytes of the Tls block (asm/data.s reserves as many).
-pub const TLS_BYTES: usize = 144;
+pub const TLS_BYTES: usize = 152;
 const _: () = assert!(core::mem::size_of::<Tls>() == TLS_BYTES);
 
 const FREE: u32 = 0;

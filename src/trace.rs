@@ -48,6 +48,25 @@ pub mod layout {
     pub const EV_LOST: usize = 4;
     pub const EV_NOEXIT: usize = 5;
     pub const EV_THREAD: usize = 6;
+    /// Compact events ([`super::COMPACT`], chunk version 2): the low two bits of an event's
+    /// first word tell its form. A short event is that one word, `(function - code base) << 32
+    /// | (time - time base) << 2 | tag`, for an entry (tag 1) or an exit (tag 2) whose function
+    /// lies within 4 GiB above the chunk's code base and whose time within 2^30 ticks after
+    /// its time base; any other event is long: `value << 8 | kind << 2 | 3`, then the
+    /// timestamp.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // (the compact trampolines')
+    pub const EV_SHORT_BYTES: usize = 8;
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // (the compact trampolines')
+    pub const EV_TAG_ENTRY: usize = 1;
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // (the compact trampolines')
+    pub const EV_TAG_EXIT: usize = 2;
+    pub const EV_TAG_LONG: usize = 3;
+    pub const EV_LONG_SHIFT: usize = 8;
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // (the compact trampolines')
+    pub const EV_TIME_BITS: usize = 30;
+    /// A chunk's code base lies this far below the function of the event that made the thread
+    /// take it: short events reach 2 GiB on either side.
+    pub const EV_CODE_HALF: u64 = 1 << 31;
 }
 use layout::*;
 
@@ -67,6 +86,14 @@ const _: () = assert!(SH_RET < 64);
 /// Bytes of a chunk header (docs/trace-format.md).
 const CHUNK_HEADER: usize = 64;
 const CHUNK_MAGIC: &[u8; 8] = b"IFNCHNK1";
+/// Whether this architecture's trampolines write compact events (8 bytes for most; see
+/// [`layout`] and docs/trace-format.md): so far x86_64's. The others write version 1 chunks
+/// (16-byte events); readers take both.
+pub(crate) const COMPACT: bool = cfg!(target_arch = "x86_64");
+const CHUNK_VERSION: u32 = if COMPACT { 2 } else { 1 };
+/// Where a version 2 chunk header keeps its time base and code base.
+const HDR_TBASE: usize = 32;
+const HDR_CBASE: usize = 40;
 
 /// The trace of this process image: its files and how far they have grown.
 struct Session {
@@ -334,7 +361,7 @@ fn hardware_shadow_stack() -> bool {
 fn write_header() {
     // SAFETY: getpid/getppid have no preconditions.
     let (pid, ppid) = unsafe { (libc::getpid(), libc::getppid()) };
-    meta(format_args!("instrfn-trace 2"));
+    meta(format_args!("instrfn-trace 3"));
     meta(format_args!(
         "process {pid} {ppid} {}",
         process::image_number_now()
@@ -772,6 +799,9 @@ pub fn thread_started(tls: &mut Tls, block: &ThreadBlock) {
     // after a thread event naming it.
     tls.trace_pos = t.pos.swap(0, Ordering::Relaxed);
     tls.trace_end = t.end.swap(0, Ordering::Relaxed);
+    if tls.trace_end != 0 {
+        take_bases(tls, t.chunk.load(Ordering::Relaxed));
+    }
     tls.unwound = 0;
     let (lo, hi) = alt_stack();
     tls.alt_lo = lo;
@@ -1013,6 +1043,33 @@ pub(crate) fn commit(base: usize) -> bool {
 /// show its tag before its timestamp. Both words lie in one cache line: the scan costs the
 /// same.
 pub(crate) fn all_written(base: usize, end: usize) -> bool {
+    written_as(COMPACT, base, end)
+}
+
+/// [`all_written`] for compact events or not.
+fn written_as(compact: bool, base: usize, end: usize) -> bool {
+    if compact {
+        // One word for a short event (written with one store); a long one's first word is
+        // stored after its timestamp.
+        let mut at = base + CHUNK_HEADER;
+        while at < end {
+            // SAFETY: inside a chunk mapping that is still mapped (it is being retired).
+            let w = unsafe { (at as *const u64).read_volatile() };
+            if w == 0 {
+                return false;
+            }
+            if w as usize & 3 == EV_TAG_LONG {
+                // SAFETY: as above (a long event's second word).
+                if unsafe { ((at + 8) as *const u64).read_volatile() } == 0 {
+                    return false;
+                }
+                at += EV_BYTES;
+            } else {
+                at += EV_SHORT_BYTES;
+            }
+        }
+        return true;
+    }
     (base + CHUNK_HEADER..end).step_by(EV_BYTES).all(|at| {
         // SAFETY: inside a chunk mapping that is still mapped (it is being retired).
         unsafe {
@@ -1022,9 +1079,10 @@ pub(crate) fn all_written(base: usize, end: usize) -> bool {
 }
 
 /// Gives this thread its next chunk: a prepared one from the collector's pool, or one it maps
-/// itself. Returns false if there is none (the file cannot grow, or the limit is reached): the
+/// itself. `hint` is the function of the event that needs it (0: none), for the chunk's code
+/// base. Returns false if there is none (the file cannot grow, or the limit is reached): the
 /// caller counts the event as lost.
-fn refill(tls: &mut Tls, block: &ThreadBlock) -> bool {
+fn refill(tls: &mut Tls, block: &ThreadBlock, hint: usize) -> bool {
     let mut base = 0;
     if !SESSION.full.load(Ordering::Relaxed) {
         if SESSION.handed.fetch_add(1, Ordering::Relaxed) >= MAX_CHUNKS.load(Ordering::Relaxed) {
@@ -1066,11 +1124,26 @@ fn refill(tls: &mut Tls, block: &ThreadBlock) -> bool {
         }
     }
     let seq = t.seq.fetch_add(1, Ordering::Relaxed);
+    // The code base stays while the function is in its reach (so a thread's chunks share it).
+    let prev = tls.trace_cbase;
+    let hint = hint as u64;
+    let cbase = if prev != 0 && (hint == 0 || hint.wrapping_sub(prev as u64) >> 32 == 0) {
+        prev as u64
+    } else if hint != 0 {
+        hint.wrapping_sub(EV_CODE_HALF)
+    } else {
+        0
+    };
+    let tbase = arch::counter();
     // SAFETY: the header lies at the start of the chunk, which is all zero (fresh or cleared
     // by `commit`). The magic goes last: a reader sees a whole header or an unused chunk.
     unsafe {
         let h = base as *mut u8;
-        h.add(8).cast::<u32>().write(1);
+        if COMPACT {
+            h.add(HDR_TBASE).cast::<u64>().write(tbase);
+            h.add(HDR_CBASE).cast::<u64>().write(cbase);
+        }
+        h.add(8).cast::<u32>().write(CHUNK_VERSION);
         h.add(12).cast::<u32>().write(size as u32);
         h.add(16).cast::<u32>().write(block.index);
         h.add(20).cast::<u32>().write(sys::gettid());
@@ -1080,7 +1153,21 @@ fn refill(tls: &mut Tls, block: &ThreadBlock) -> bool {
     }
     tls.trace_end = base + size;
     tls.trace_pos = base + CHUNK_HEADER;
+    tls.trace_tbase = tbase;
+    tls.trace_cbase = cbase as usize;
     true
+}
+
+/// Takes the time and code bases of the chunk at `base` into this thread's Tls (a thread that
+/// goes on in a chunk another one filled before it).
+fn take_bases(tls: &mut Tls, base: usize) {
+    if COMPACT && base != 0 {
+        // SAFETY: a mapped chunk's header (its owner's: this thread's now).
+        unsafe {
+            tls.trace_tbase = ((base + HDR_TBASE) as *const u64).read();
+            tls.trace_cbase = ((base + HDR_CBASE) as *const u64).read() as usize;
+        }
+    }
 }
 
 /// Writes one event from Rust (the slow path), taking a chunk if needed; counts it as lost
@@ -1110,7 +1197,11 @@ fn event(tls: &mut Tls, block: &ThreadBlock, kind: usize, value: usize, ts: u64)
             unsafe { store_event(w, ts, kind, value) };
             return;
         }
-        if attempt == 0 && !refill(tls, block) {
+        let hint = match kind {
+            EV_ENTRY | EV_EXIT | EV_UNWOUND | EV_NOEXIT => value,
+            _ => 0,
+        };
+        if attempt == 0 && !refill(tls, block, hint) {
             break;
         }
     }
@@ -1131,7 +1222,8 @@ fn event(tls: &mut Tls, block: &ThreadBlock, kind: usize, value: usize, ts: u64)
 /// lost when it is drained ([`drain_sink`]: when it is full, and by [`flush_lost`]). So a
 /// program whose trace is full runs on at about the cost of recording, not at the slow path's
 /// (two system calls per event: about 75 times slower, measured on the threads workload).
-/// Counting by position is exact: every reservation is one event, signal handlers' included
+/// Counting by position is exact: every reservation is one event of 16 bytes (compact
+/// trampolines write long events there: see the time base below), signal handlers' included
 /// (they reserve with the same read-modify-write), and a call taken back
 /// (INSTRFN_MIN_DURATION) takes its entry's place back as in a chunk (the sink starts with a
 /// zero header, as a chunk does, for that test to read). The chunk the thread had stays where
@@ -1151,6 +1243,9 @@ fn enter_sink(tls: &mut Tls, block: &ThreadBlock) {
     t.end.store(tls.trace_end, Ordering::Relaxed);
     tls.trace_pos = sink + CHUNK_HEADER;
     tls.trace_end = sink + SINK_BYTES;
+    // A time base no event's time reaches: every event there is long (16 bytes), so that the
+    // count by position stays exact.
+    tls.trace_tbase = arch::counter().wrapping_add(1 << 63);
 }
 
 /// Whether this thread writes into its sink (the trace is full).
@@ -1177,8 +1272,15 @@ fn drain_sink(tls: &mut Tls, block: &ThreadBlock) {
 unsafe fn store_event(at: usize, ts: u64, kind: usize, value: usize) {
     // SAFETY: per the contract.
     unsafe {
-        (at as *mut u64).write_volatile(ts);
-        ((at + 8) as *mut u64).write_volatile(((value << EV_SHIFT) | kind) as u64);
+        if COMPACT {
+            // Always the long form here (the slow path is rare): the timestamp, then the word.
+            ((at + 8) as *mut u64).write_volatile(ts);
+            (at as *mut u64)
+                .write_volatile(((value << EV_LONG_SHIFT) | (kind << 2) | EV_TAG_LONG) as u64);
+        } else {
+            (at as *mut u64).write_volatile(ts);
+            ((at + 8) as *mut u64).write_volatile(((value << EV_SHIFT) | kind) as u64);
+        }
     }
 }
 
@@ -1463,7 +1565,7 @@ unsafe fn trace_call(tls: &mut Tls, block: &ThreadBlock, slot: *mut usize, self_
     // that can take up to a millisecond (the file grown, mapped and faulted in), which is the
     // runtime's time, not the function's, so the entry is stamped after it. (Every event this
     // thread wrote before is older than `ts`.)
-    let ts = if tls.trace_end == 0 && refill(tls, block) {
+    let ts = if tls.trace_end == 0 && refill(tls, block, self_pc) {
         arch::counter()
     } else {
         ts
@@ -1633,7 +1735,7 @@ fn xray_entry(tls: &mut Tls, slot: usize, func: usize, no_exit: bool, ts: u64) {
     (tls.alt_lo, tls.alt_hi) = alt_stack();
     // Frames at or below this one's slot are gone (longjmp; a tail call without a tail sled).
     close_gone(tls, block, slot, true, ts);
-    let ts = if tls.trace_end == 0 && refill(tls, block) {
+    let ts = if tls.trace_end == 0 && refill(tls, block, func) {
         arch::counter()
     } else {
         ts
@@ -1939,15 +2041,52 @@ mod tests {
             set(i, 0, 1000 + i as u64);
             set(i, 1, tag);
         }
-        assert!(all_written(base, end));
+        assert!(written_as(false, base, end));
         // Reserved, not written: the tag is 0.
         set(1, 1, 0);
-        assert!(!all_written(base, end));
+        assert!(!written_as(false, base, end));
         // The tag seen, the timestamp stored before it not yet (aarch64, riscv64).
         set(1, 1, tag);
         set(1, 0, 0);
-        assert!(!all_written(base, end));
+        assert!(!written_as(false, base, end));
         // Only up to `end`: the event beyond it is not looked at.
-        assert!(all_written(base, base + CHUNK_HEADER + EV_BYTES));
+        assert!(written_as(false, base, base + CHUNK_HEADER + EV_BYTES));
+    }
+
+    #[test]
+    fn a_compact_event_is_written_when_its_first_word_is() {
+        // Short (one word), long (first word, timestamp), short: 32 bytes of events.
+        let mut chunk = [0u64; CHUNK_HEADER / 8 + 4];
+        let words = chunk.as_mut_ptr();
+        let base = words as usize;
+        let end = base + CHUNK_HEADER + 32;
+        let set = |i: usize, v: u64| {
+            // SAFETY: word i of the events lies inside `chunk`.
+            unsafe { words.add(CHUNK_HEADER / 8 + i).write_volatile(v) }
+        };
+        let short = (5u64 << 32) | (7 << 2) | EV_TAG_ENTRY as u64;
+        let long = ((0x7f00_0000_1000u64) << EV_LONG_SHIFT) | ((EV_EXIT as u64) << 2) | 3;
+        set(0, short);
+        set(1, long);
+        set(2, 123_456);
+        set(3, short + 1); // a short exit
+        assert!(written_as(true, base, end));
+        // A long event's first word is stored last: while it is 0 the event is unwritten,
+        // and so is the chunk (wherever the walk would go on from there).
+        set(1, 0);
+        assert!(!written_as(true, base, end));
+        // The first word seen, the timestamp stored before it not yet (weaker orderings).
+        set(1, long);
+        set(2, 0);
+        assert!(!written_as(true, base, end));
+        set(2, 123_456);
+        // A short event reserved and not written.
+        set(3, 0);
+        assert!(!written_as(true, base, end));
+        // Only up to `end`: the short event and the long one before it.
+        assert!(written_as(true, base, base + CHUNK_HEADER + 24));
+        // The short one alone.
+        set(1, 0);
+        assert!(written_as(true, base, base + CHUNK_HEADER + 8));
     }
 }

@@ -1796,6 +1796,74 @@ fn build_plain(dir: &Path, src: &str, flags: &[&str], link_flags: &[&str]) -> Pa
 }
 
 #[test]
+fn compact_events_take_the_long_form_where_they_must() {
+    // x86_64 writes compact events (docs/trace-format.md, version 2): 8 bytes for an entry or
+    // exit whose function lies within reach of its chunk's code base and whose time within
+    // 2^30 ticks of its time base, 16 otherwise. tests/fixtures/c/compact.c calls functions
+    // of the executable (short), of a -pg library mapped far from it (long), sleeps 1 s
+    // (past the time base's reach: every event after it is long) and calls the executable's
+    // again: the dump has every call, balanced, with the right names, and the sleep's traced
+    // length is the one the program measured; the chunk holds both forms in the numbers the
+    // calls make.
+    const N: u64 = 1000;
+    let dir = workdir("trace-compact");
+    let lib = build_library(&dir, "libwork.so", &[]);
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    let exe = build_plain(
+        &dir,
+        "compact.c",
+        &["-pg"],
+        &[lib.to_str().unwrap(), &rpath],
+    );
+    let (out, trace) = record_trace(&exe, &[&N.to_string()], &[], &dir);
+    let stdout = stdout_of(&out);
+    let napped: f64 = stdout
+        .trim()
+        .strip_prefix("napped ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("compact.c printed {stdout:?}"));
+    let p = instrfn_dump(&trace).remove(0);
+    let counts = assert_balanced(&p, "compact");
+    assert_counts(
+        &counts,
+        &[
+            ("entry", "main", 1),
+            ("entry", "near", 2 * N),
+            ("exit", "near", 2 * N),
+            ("entry", "lib_outer", 1),
+            ("exit", "lib_outer", 1),
+            ("entry", "lib_inner", N),
+            ("exit", "lib_inner", N),
+            ("entry", "nap", 1),
+            ("exit", "nap", 1),
+            ("exit", "main", 1),
+        ],
+        "compact",
+    );
+    let events = p.threads.values().next().unwrap();
+    let at = |kind: &str| {
+        events
+            .iter()
+            .find(|e| e.kind == kind && e.name == "nap")
+            .unwrap()
+            .ns
+    };
+    let traced = at("exit") - at("entry");
+    assert!(
+        traced >= napped && traced < napped + 2e6,
+        "nap traced {traced} ns, measured {napped} ns"
+    );
+    // One chunk (the trace is small); its events by form: the first loop's are short, the
+    // library's long (4 GiB of code base reach cannot span the executable and the library),
+    // and from the end of the sleep on every one is long (past the time base's reach).
+    let chunks = raw_chunks(&trace);
+    assert_eq!(chunks.len(), 1, "{chunks:?}");
+    let c = chunks[0];
+    assert_eq!(c.short + c.long, 6 * N + 6, "{c:?}");
+    assert!(c.short >= 2 * N && c.long >= 4 * N + 4, "{c:?}");
+}
+
+#[test]
 fn trace_survives_longjmp_unwinding_and_tail_calls() {
     // Ways out of a function other than its return (common::unwind_cases): every entry still
     // gets its exit, or is closed as unwound; the program's output is the same as without
@@ -2308,9 +2376,12 @@ fn trace_collector_prepares_chunks_and_is_optional() {
             in_stage.intersection(&in_events).count() <= 1,
             "{context}: chunks in both files"
         );
+        // Events take 16 bytes in a version 1 chunk, at least 8 in a version 2 (compact) one.
+        let version = std::fs::read(events).unwrap()[8];
+        let least = if version == 2 { 8 } else { 16 };
         assert!(
-            used * (CHUNK - 64) >= 16 * expected,
-            "{context}: {used} chunks"
+            used * (CHUNK - 64) >= least * expected,
+            "{context}: {used} chunks (version {version})"
         );
         // At most two chunks per slot (the one filled and the one before) and the retired ones
         // the collector had not committed yet (at most 8) are left in the staging file.

@@ -18,10 +18,13 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// The format version this reader knows.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 const CHUNK_MAGIC: &[u8; 8] = b"IFNCHNK1";
 const CHUNK_HEADER: usize = 64;
 const EVENT_BYTES: usize = 16;
+/// A short event of a version 2 chunk (docs/trace-format.md, "Compact events").
+const SHORT_BYTES: usize = 8;
+const TIME_MASK: u64 = (1 << 30) - 1;
 
 /// A problem with a trace: the file (or directory) and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -214,6 +217,10 @@ struct Chunk {
     slot: u32,
     tid: u32,
     seq: u64,
+    /// 1: events of 16 bytes; 2: compact events, relative to the time and code bases.
+    version: u32,
+    tbase: u64,
+    cbase: u64,
 }
 
 /// What the collector thread did (src/collector.rs of the runtime).
@@ -563,14 +570,43 @@ impl Process {
 
     /// Events written in a chunk (up to the first unwritten one).
     fn written(&self, c: &Chunk) -> usize {
-        let Some(map) = self.maps[c.file].as_ref() else {
-            return 0;
+        let mut n = 0;
+        let mut pos = CHUNK_HEADER;
+        while let Some((_, len)) = self.raw_event(c, pos) {
+            n += 1;
+            pos += len;
+        }
+        n
+    }
+
+    /// The words of the event at byte `pos` of chunk `c` (the second 0 for a short event) and
+    /// its length, or None where the chunk's events end (a zero word, or its end).
+    fn raw_event(&self, c: &Chunk, pos: usize) -> Option<((u64, u64), usize)> {
+        let map = self.maps[c.file].as_ref()?;
+        let word = |at: usize| -> Option<u64> {
+            if at + 8 > c.len {
+                return None;
+            }
+            let a: [u8; 8] = map[c.offset + at..c.offset + at + 8].try_into().unwrap();
+            Some(if self.little_endian {
+                u64::from_le_bytes(a)
+            } else {
+                u64::from_be_bytes(a)
+            })
         };
-        (c.offset + CHUNK_HEADER..c.offset + c.len)
-            .step_by(EVENT_BYTES)
-            .take_while(|&at| at + EVENT_BYTES <= c.offset + c.len)
-            .take_while(|&at| map[at + 8..at + 16].iter().any(|&b| b != 0))
-            .count()
+        if c.version == 1 {
+            let (ts, tag) = (word(pos)?, word(pos + 8)?);
+            return (tag != 0).then_some(((ts, tag), EVENT_BYTES));
+        }
+        let w = word(pos)?;
+        match w & 3 {
+            0 => None,
+            3 => {
+                let ts = word(pos + 8)?;
+                (ts != 0).then_some(((w, ts), EVENT_BYTES))
+            }
+            _ => Some(((w, 0), SHORT_BYTES)),
+        }
     }
 
     /// Maps one file and lists its chunks; returns its chunk size (None: no chunk in it). The
@@ -643,9 +679,10 @@ impl Process {
                 u64::from_be_bytes(a)
             }
         };
-        // Byte order from the version field (1).
-        let le = u32_at(&map, first + 8, true) == 1;
-        if !le && u32_at(&map, first + 8, false) != 1 {
+        // Byte order from the version field (1 or 2).
+        let known = |v: u32| v == 1 || v == 2;
+        let le = known(u32_at(&map, first + 8, true));
+        if !le && !known(u32_at(&map, first + 8, false)) {
             return Err(error(path, "unknown events file version"));
         }
         let size = u32_at(&map, first + 12, le) as usize;
@@ -674,6 +711,13 @@ impl Process {
                     format!("corrupt chunk at offset {offset} (bad magic)"),
                 ));
             }
+            let version = u32_at(chunk, 8, le);
+            if !known(version) {
+                return Err(error(
+                    path,
+                    format!("corrupt chunk at offset {offset} (version {version})"),
+                ));
+            }
             self.chunks.push(Chunk {
                 file,
                 offset,
@@ -681,6 +725,9 @@ impl Process {
                 slot: u32_at(chunk, 16, le),
                 tid: u32_at(chunk, 20, le),
                 seq: u64_at(chunk, 24, le),
+                version,
+                tbase: u64_at(chunk, 32, le),
+                cbase: u64_at(chunk, 40, le),
             });
             offset += size;
         }
@@ -770,50 +817,40 @@ impl Iterator for Events<'_> {
     fn next(&mut self) -> Option<Self::Item> {
         loop {
             let chunk = *self.chunks.get(self.next_chunk)?;
-            let map = self.p.maps[chunk.file].as_ref()?;
             if self.pos == 0 {
                 self.pos = CHUNK_HEADER;
                 self.tid = chunk.tid;
             }
-            if self.pos + EVENT_BYTES > chunk.len {
-                self.next_chunk += 1;
-                self.pos = 0;
-                continue;
-            }
             let at = chunk.offset + self.pos;
-            let b = &map[at..at + EVENT_BYTES];
-            let le = self.p.little_endian;
-            let word = |i: usize| {
-                let a: [u8; 8] = b[i..i + 8].try_into().unwrap();
-                if le {
-                    u64::from_le_bytes(a)
-                } else {
-                    u64::from_be_bytes(a)
-                }
-            };
-            let (ts, tag) = (word(0), word(8));
-            if tag == 0 {
+            let Some(((w0, w1), len)) = self.p.raw_event(&chunk, self.pos) else {
                 self.next_chunk += 1;
                 self.pos = 0;
                 continue;
+            };
+            self.pos += len;
+            let (ts, kind, value) = if chunk.version == 1 {
+                (w0, w1 & 15, w1 >> 4)
+            } else if w0 & 3 == 3 {
+                (w1, (w0 >> 2) & 63, w0 >> 8)
+            } else {
+                (
+                    chunk.tbase.wrapping_add((w0 >> 2) & TIME_MASK),
+                    w0 & 3,
+                    chunk.cbase.wrapping_add(w0 >> 32),
+                )
+            };
+            if kind == 6 {
+                self.tid = value as u32;
             }
-            self.pos += EVENT_BYTES;
-            if tag & 15 == 6 {
-                self.tid = (tag >> 4) as u32;
-            }
-            return Some(match Kind::from_bits(tag & 15) {
-                Some(kind) => Ok(Event {
-                    ts,
-                    kind,
-                    value: tag >> 4,
-                }),
+            return Some(match Kind::from_bits(kind) {
+                Some(kind) => Ok(Event { ts, kind, value }),
                 None => Err(error(
                     if chunk.file == 0 {
                         &self.p.events_path
                     } else {
                         &self.p.stage_path
                     },
-                    format!("corrupt event at offset {at} (kind {})", tag & 15),
+                    format!("corrupt event at offset {at} (kind {kind})"),
                 )),
             });
         }

@@ -930,6 +930,10 @@ pub struct RawChunk {
     pub seq: u64,
     /// The kind of its first event (0: none written).
     pub first_kind: u64,
+    /// Its events, up to the first unwritten one: short ones (8 bytes, version 2 only) and
+    /// long ones (16 bytes: every event of a version 1 chunk).
+    pub short: u64,
+    pub long: u64,
 }
 
 /// The chunks of every events and staging file in trace directory `dir`, read without the
@@ -954,7 +958,7 @@ pub fn raw_chunks(dir: &Path) -> Vec<RawChunk> {
         };
         let data = &data[..];
         let version = u32::from_le_bytes(data[first + 8..first + 12].try_into().unwrap());
-        let le = version == 1;
+        let le = version == 1 || version == 2;
         let u32_at = |b: &[u8], i: usize| {
             let a: [u8; 4] = b[i..i + 4].try_into().unwrap();
             if le {
@@ -971,19 +975,55 @@ pub fn raw_chunks(dir: &Path) -> Vec<RawChunk> {
                 u64::from_be_bytes(a)
             }
         };
-        assert_eq!(u32_at(data, first + 8), 1, "{}: version", path.display());
+        let version = u32_at(data, first + 8);
+        assert!(version == 1 || version == 2, "{}: version", path.display());
         let size = u32_at(data, first + 12) as usize;
         for chunk in data
             .chunks(size)
             .filter(|c| c.len() >= 80 && &c[..8] == b"IFNCHNK1")
         {
             let (slot, seq) = (u32_at(chunk, 16), u64_at(chunk, 24));
+            // Events up to the first unwritten one (version 2: the low two bits of an event's
+            // first word are 1 or 2 for a short one, 3 for a long one).
+            let (mut short, mut long, mut at) = (0, 0, 64);
+            let mut first_kind = 0;
+            while at + 16 <= chunk.len() {
+                let w = u64_at(chunk, at);
+                if version == 1 {
+                    if u64_at(chunk, at + 8) == 0 {
+                        break;
+                    }
+                    first_kind = if long == 0 {
+                        u64_at(chunk, at + 8) & 15
+                    } else {
+                        first_kind
+                    };
+                    long += 1;
+                    at += 16;
+                } else if w & 3 == 3 {
+                    first_kind = if short + long == 0 {
+                        (w >> 2) & 7
+                    } else {
+                        first_kind
+                    };
+                    long += 1;
+                    at += 16;
+                } else if w != 0 {
+                    first_kind = if short + long == 0 { w & 3 } else { first_kind };
+                    short += 1;
+                    at += 8;
+                } else {
+                    break;
+                }
+            }
             if !chunks.iter().any(|c| (c.slot, c.seq) == (slot, seq)) {
                 chunks.push(RawChunk {
                     little_endian: le,
                     slot,
                     seq,
-                    first_kind: u64_at(chunk, 72) & 15,
+                    first_kind,
+                    short,
+                    long,
                 });
             }
         }
