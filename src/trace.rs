@@ -1049,26 +1049,14 @@ pub(crate) fn all_written(base: usize, end: usize) -> bool {
 /// [`all_written`] for compact events or not.
 fn written_as(compact: bool, base: usize, end: usize) -> bool {
     if compact {
-        // One word for a short event (written with one store); a long one's first word is
-        // stored after its timestamp.
-        let mut at = base + CHUNK_HEADER;
-        while at < end {
+        // No word is 0 then: a short event is one word with a tag, a long one's first word has
+        // its tag and its second is a timestamp (never 0); an unwritten event's first word is
+        // 0, and so is whichever word of a long one another core does not see stored yet. So
+        // the whole range is scanned, a word at a time, without decoding.
+        return (base + CHUNK_HEADER..end).step_by(8).all(|at| {
             // SAFETY: inside a chunk mapping that is still mapped (it is being retired).
-            let w = unsafe { (at as *const u64).read_volatile() };
-            if w == 0 {
-                return false;
-            }
-            if w as usize & 3 == EV_TAG_LONG {
-                // SAFETY: as above (a long event's second word).
-                if unsafe { ((at + 8) as *const u64).read_volatile() } == 0 {
-                    return false;
-                }
-                at += EV_BYTES;
-            } else {
-                at += EV_SHORT_BYTES;
-            }
-        }
-        return true;
+            unsafe { (at as *const u64).read_volatile() != 0 }
+        });
     }
     (base + CHUNK_HEADER..end).step_by(EV_BYTES).all(|at| {
         // SAFETY: inside a chunk mapping that is still mapped (it is being retired).
