@@ -161,17 +161,13 @@
     b       \out
     .endm
 
-// XRAY_EVENT again, kind, value, full: reads the timestamp, reserves an event (TRACE_EVENT:
-//   no room goes to `full`) and writes it: (value << {EV_SHIFT}) | kind (the flag bits 62/63
-//   of a table entry are shifted out). Uses x2-x4, x6, x16; value is not one of them.
+// XRAY_EVENT again, kind, value, full: reads the timestamp, reserves an event and writes it
+//   (EVENT: compact; no room goes to `full`), of function `value` (a table entry whose flag
+//   bits 62/63 are set is out of the code base's reach, so its event is long, and the long
+//   form shifts them out). Uses x2-x4, x6, x16; value is not one of them.
     .macro XRAY_EVENT again, kind, value, full
     mrs     x2, cntvct_el0                  // timestamp
-    add     x3, x0, #{TLS_TRACE_POS}
-    TRACE_EVENT \again, x0, x3, x4, x6, x16, w16, \full // x4 = our event
-    str     x2, [x4]                        // timestamp, then the word that marks it written
-    lsl     x6, \value, #{EV_SHIFT}
-    add     x6, x6, #\kind                  // (the low bits are 0; 5 is no logical immediate)
-    str     x6, [x4, #8]
+    EVENT \again, x0, x4, x6, x3, 16, 2, \value, \kind, \full // x4 = our event
     .endm
 
 // instrfn_aarch64_xray_entry: an entry sled's (the function's first instruction). In the

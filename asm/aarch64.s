@@ -36,8 +36,10 @@
 // {TLS_SHADOW_END} shadow_end, {TLS_SHADOW_BASE} shadow_base, {TLS_UNWOUND} unwound, {TLS_ENTRY_ONLY} entry_only, {TLS_DROPPED} dropped; shadow entries of
 // {SH_BYTES} bytes: {SH_RET} the original return address, {SH_SLOT} the return slot, {SH_FN} the function
 // and, aarch64's own use of the spare word, {SH_FP} the frame pointer the function will return
-// with (see instrfn_aarch64_exit); events of {EV_BYTES} bytes, (value << {EV_SHIFT}) | kind, kinds
-// {EV_ENTRY} entry, {EV_EXIT} exit, {EV_NOEXIT} entry without exit; the call-site table of 1 << {SITE_BITS} words
+// with (see instrfn_aarch64_exit); Tls {TLS_TRACE_TBASE} trace_tbase and {TLS_TRACE_CBASE} trace_cbase, the chunk's
+// bases; compact events (EVENT below): short ones of {EV_SHORT_BYTES} bytes with tag {EV_TAG_ENTRY} (entry) or
+// {EV_TAG_EXIT} (exit), long ones of {EV_BYTES} bytes, (value << {EV_LONG_SHIFT}) | (kind << 2) | {EV_TAG_LONG} then the
+// timestamp, kinds {EV_ENTRY} entry, {EV_EXIT} exit, {EV_NOEXIT} entry without exit; the call-site table of 1 << {SITE_BITS} words
 // (index from bits {SITE_SHIFT} and up as well as 2 and up), entries self_pc | {SITE_PLAIN} (return address may
 // be replaced) or self_pc | {SITE_ENTRY_ONLY} (entries only).
 //
@@ -157,6 +159,87 @@
     b.ne    \again\()b
     stxr    \status, \next, [\posp]
     cbnz    \status, \again\()b             // a handler ran between ldxr and stxr: again
+    .endm
+
+// EVENT again, tls, pos, next, end, word, ts, fn, kind, full and EVENT_K (kind in a
+//   register): reserves this thread's next event and writes it, a compact one
+//   (docs/trace-format.md, chunk version 2; asm/x86_64.s TRACE_EVENT is the reference): short
+//   (8 bytes: (fn - code base) << 32 | (ts - time base) << 2 | kind) for an entry or an exit
+//   (kind {EV_ENTRY} or {EV_EXIT}) with fn - code base < 2^32 and ts - time base < 2^30,
+//   against the Tls copies of the chunk's bases, read after trace_pos and before the
+//   exclusive load (a handler that gives the thread a new chunk meanwhile moves trace_pos:
+//   again); else long (16 bytes: the timestamp, then fn << 8 | kind << 2 | 3, stored last).
+//   Reserved as TRACE_EVENT does (a compare-and-swap of trace_pos against the room just
+//   checked). word and ts are register numbers (x<word>, x<ts>): a short event's exclusive
+//   load and status go in x<ts> / w<ts>, its word being made (a failed reservation reads the
+//   timestamp again), a long one's in x<word>, made after. kind: EVENT an immediate (a number,
+//   without #), EVENT_K a register holding it. Every operand a distinct register; fn and kind
+//   are only read. Out: pos = the event. Clobbers next, end, x<word>, x<ts>. No room (or no
+//   chunk): branches to `full` with nothing reserved. A caller may branch back to `again`
+//   (x<ts> = a timestamp) to reserve anew.
+    .macro EVENT again, tls, pos, next, end, word, ts, fn, kind, full
+    EVENT_BODY \again, \tls, \pos, \next, \end, \word, \ts, \fn, \kind, 0, \full
+    .endm
+    .macro EVENT_K again, tls, pos, next, end, word, ts, fn, kind, full
+    EVENT_BODY \again, \tls, \pos, \next, \end, \word, \ts, \fn, \kind, 1, \full
+    .endm
+    .macro EVENT_BODY again, tls, pos, next, end, word, ts, fn, kind, isreg, full
+\again:
+    ldr     \pos, [\tls, #{TLS_TRACE_POS}]  // our event, if there is room
+    ldr     \end, [\tls, #{TLS_TRACE_END}]
+    .if \isreg
+    cmp     \kind, #{EV_EXIT}
+    b.hi    8f                              // no short form for this kind
+    .elseif \kind > {EV_EXIT}
+    b       8f
+    .endif
+    ldr     x\word, [\tls, #{TLS_TRACE_CBASE}]
+    sub     x\word, \fn, x\word             // function - code base
+    tst     x\word, #0xffffffff00000000
+    b.ne    8f                              // out of its reach: long
+    ldr     \next, [\tls, #{TLS_TRACE_TBASE}]
+    sub     \next, x\ts, \next              // time - time base
+    tst     \next, #(-1 << {EV_TIME_BITS})
+    b.ne    8f                              // out of its reach (or before it): long
+    lsl     x\word, x\word, #32
+    add     x\word, x\word, \next, lsl #2
+    .if \isreg
+    add     x\word, x\word, \kind           // the short word
+    .else
+    add     x\word, x\word, #\kind
+    .endif
+    add     \next, \pos, #{EV_SHORT_BYTES}
+    cmp     \next, \end
+    b.hi    \full                           // past the chunk's end (or no chunk)
+    add     \end, \tls, #{TLS_TRACE_POS}
+    ldxr    x\ts, [\end]                    // claimed, unless a handler moved it: again
+    cmp     x\ts, \pos
+    b.ne    7f
+    stxr    w\ts, \next, [\end]
+    cbnz    w\ts, 7f                        // a handler ran between ldxr and stxr: again
+    str     x\word, [\pos]                  // one store: written
+    b       9f
+7:  mrs     x\ts, cntvct_el0                 // (a fresh timestamp, as x<ts> is spent)
+    b       \again\()b
+8:  add     \next, \pos, #{EV_BYTES}
+    cmp     \next, \end
+    b.hi    \full                           // past the chunk's end (or no chunk)
+    add     \end, \tls, #{TLS_TRACE_POS}
+    ldxr    x\word, [\end]                  // claimed, unless a handler moved it: again
+    cmp     x\word, \pos
+    b.ne    \again\()b
+    stxr    w\word, \next, [\end]
+    cbnz    w\word, \again\()b
+    str     x\ts, [\pos, #8]                // timestamp, then the word that marks it written
+    lsl     x\word, \fn, #{EV_LONG_SHIFT}
+    .if \isreg
+    add     x\word, x\word, \kind, lsl #2
+    add     x\word, x\word, #{EV_TAG_LONG}
+    .else
+    add     x\word, x\word, #((\kind << 2) | {EV_TAG_LONG})
+    .endif
+    str     x\word, [\pos]
+9:
     .endm
 
 // SHADOW_RESERVE again, topp, end, entry, next, status, full: reserves a shadow entry above
@@ -419,12 +502,8 @@ instrfn_aarch64_\name:
     .endif
 .Ltevent_\name:
     mrs     x2, cntvct_el0                  // timestamp
-    add     x3, x16, #{TLS_TRACE_POS}
-    TRACE_EVENT 4, x16, x3, x8, x0, x7, w17, .Ltnochunk_\name // x8 = our event; no room: slow path
-    str     x2, [x8]                        // timestamp, then the word that marks it written
-    lsl     x0, \self, #{EV_SHIFT}
-    orr     x0, x0, x6
-    str     x0, [x8, #8]
+    // our event (x8; no room: the slow path)
+    EVENT_K 4, x16, x8, x0, x7, 3, 2, \self, x6, .Ltnochunk_\name
     .ifc \kind,hijack
     cbz     x4, 5f
     ldr     x0, [x29]                       // the frame pointer it returns with
@@ -795,11 +874,7 @@ instrfn_aarch64_exit_ours:
     ldr     x17, [x17, #:lo12:instrfn_min_ticks]
     cbnz    x17, .Lexit_short               // INSTRFN_MIN_DURATION: maybe no events at all
     // x10 = our event (no room, or no chunk: nothing popped yet, the slow path does all)
-    TRACE_EVENT 1, x16, x14, x10, x11, x13, w13, .Lexit_slow
-6:  str     x15, [x10]                      // timestamp, then the word that marks it written
-    lsl     x12, x12, #{EV_SHIFT}
-    orr     x12, x12, #{EV_EXIT}
-    str     x12, [x10, #8]
+    EVENT 1, x16, x10, x11, x13, 14, 15, x12, {EV_EXIT}, .Lexit_slow
 .Lexit_pop:
     ldr     x30, [x9, #{SH_RET}]                   // we return there
     .cfi_same_value x30
@@ -810,47 +885,81 @@ instrfn_aarch64_exit_ours:
 .Lexit_short:
     // INSTRFN_MIN_DURATION (asm/x86_64.s .Lexit_short): a call shorter than instrfn_min_ticks
     // whose entry is still the thread's newest event (its callees, if any, were short too and
-    // taken back already) leaves no events: its entry is taken back. The exit event is
-    // reserved first, as always: while its tag is 0 the chunk is not all written, so it is
-    // never committed and reused however many chunks a signal handler fills meanwhile, and
-    // every access below stays inside it. Then, if the event before ours is our entry and the
-    // call was short, the entry's tag is zeroed and the position moved back over both with a
-    // compare-and-swap (ldxr/stxr, as the reservation) that fails if a handler reserved an
-    // event after ours: then the tag goes back and our exit is written where we reserved it.
+    // taken back already) leaves no events: its entry is taken back. The exit event (here
+    // always a long one) is reserved first, as always: while its first word is 0 the chunk is
+    // not all written, so it is never committed and reused however many chunks a signal
+    // handler fills meanwhile, and every access below stays inside it. Then, if the event
+    // before ours is our entry (a long one at -16, or a short one at -8: the first event of a
+    // chunk finds the header's zero words there) and the call was short, the entry's words
+    // are zeroed and the position moved back over both with a compare-and-swap (ldxr/stxr, as
+    // the reservation) that fails if a handler reserved an event after ours: then the entry's
+    // words go back and our exit is written where we reserved it. (A long event's timestamp
+    // cannot pass for a short entry of ours: see asm/x86_64.s.)
     // x17 = instrfn_min_ticks, x15 = timestamp, x14 = &trace_pos, x12 = the function, x9 =
     // the entry; x10, x11, x13 free.
     TRACE_EVENT 3, x16, x14, x10, x11, x13, w13, .Lexit_slow // x10 = our place
-    lsl     x13, x12, #{EV_SHIFT}
-    orr     x13, x13, #{EV_ENTRY}                  // our entry's tag
-    ldur    x11, [x10, #-8]
-    cmp     x11, x13
-    b.ne    6b                              // not ours (the first event of a chunk finds the
-                                            // header's zero word there): the exit is written
+    lsl     x13, x12, #{EV_LONG_SHIFT}
+    add     x13, x13, #(({EV_ENTRY} << 2) | {EV_TAG_LONG}) // our entry's first word, if long
     ldur    x11, [x10, #-{EV_BYTES}]
+    cmp     x11, x13
+    b.ne    6f
+    ldur    x11, [x10, #-8]
     sub     x11, x15, x11                   // the call's length in ticks
     cmp     x11, x17
-    b.hs    6b                              // long enough: recorded
+    b.hs    7f                              // long enough: recorded
+    sub     x11, x10, #{EV_BYTES}           // where the entry starts
+    b       instrfn_aarch64_exit_take_back
+6:  ldr     x13, [x16, #{TLS_TRACE_CBASE}]
+    sub     x13, x12, x13
+    lsl     x13, x13, #32
+    add     x13, x13, #{EV_TAG_ENTRY}       // our entry's word if short, its time aside
+    ldur    x11, [x10, #-8]
+    eor     x13, x13, x11
+    tst     x13, #0xffffffff00000003
+    b.ne    7f                              // not a short entry of ours
+    ubfx    x13, x11, #2, #30               // its time - the time base
+    ldr     x11, [x16, #{TLS_TRACE_TBASE}]
+    add     x13, x13, x11
+    sub     x13, x15, x13                   // the call's length in ticks
+    cmp     x13, x17
+    b.hs    7f                              // long enough: recorded
+    sub     x11, x10, #{EV_SHORT_BYTES}     // where the entry starts
     .globl  instrfn_aarch64_exit_take_back
     .hidden instrfn_aarch64_exit_take_back
 instrfn_aarch64_exit_take_back:
-    stur    xzr, [x10, #-8]                 // the entry is unwritten again
-    sub     x11, x10, #{EV_BYTES}
-    add     x10, x10, #{EV_BYTES}                  // the position just past our place
+    // x11 = the entry, x10 = our place. (A handler that gave the thread a new chunk since our
+    // reservation made the Tls bases read above another chunk's: the compare-and-swap below
+    // fails then, as the position moved, and everything goes back as it was.)
+    ldur    x13, [x10, #-8]                 // a short entry's word, or a long one's timestamp
+    str     xzr, [x11]                      // the entry is unwritten again, its first word
+    stur    xzr, [x10, #-8]                 // first (and a long one's timestamp: an event
+                                            // written there next may be short)
+    add     x10, x10, #{EV_BYTES}           // the position just past our place
 2:  ldxr    x17, [x14]                      // back over both, if nothing came after them
     cmp     x17, x10
     b.ne    5f
     stxr    w17, x11, [x14]
     cbnz    w17, 2b                         // a handler ran between ldxr and stxr: again
-    add     x13, x16, #{TLS_DROPPED}               // counted (a handler may count too)
+    add     x13, x16, #{TLS_DROPPED}        // counted (a handler may count too)
 4:  ldxr    x10, [x13]
     add     x10, x10, #1
     stxr    w17, x10, [x13]
     cbnz    w17, 4b
     b       .Lexit_pop
 5:  clrex                                   // a handler came in between: the entry stays
-    add     x10, x11, #{EV_BYTES}                  // our place again
-    stur    x13, [x10, #-8]
-    b       6b
+    sub     x10, x10, #{EV_BYTES}           // our place again
+    stur    x13, [x10, #-8]                 // its words back, the one that marks it last
+    sub     x17, x10, x11
+    cmp     x17, #{EV_BYTES}
+    b.ne    7f
+    lsl     x17, x12, #{EV_LONG_SHIFT}
+    add     x17, x17, #(({EV_ENTRY} << 2) | {EV_TAG_LONG})
+    stur    x17, [x10, #-{EV_BYTES}]
+7:  str     x15, [x10, #8]                  // our exit: timestamp, then the word that marks it
+    lsl     x17, x12, #{EV_LONG_SHIFT}
+    add     x17, x17, #(({EV_EXIT} << 2) | {EV_TAG_LONG})
+    str     x17, [x10]
+    b       .Lexit_pop
 .Lexit_slow:
     .cfi_undefined x30                      // (paths with and without the entry known come
     .globl  instrfn_aarch64_exit_slow_entry // here: bpsweep.c leaves these 5 instructions out

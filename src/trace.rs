@@ -54,15 +54,27 @@ pub mod layout {
     /// lies within 4 GiB above the chunk's code base and whose time within 2^30 ticks after
     /// its time base; any other event is long: `value << 8 | kind << 2 | 3`, then the
     /// timestamp.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // (the compact trampolines')
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        allow(dead_code)
+    )] // (the compact trampolines')
     pub const EV_SHORT_BYTES: usize = 8;
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // (the compact trampolines')
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        allow(dead_code)
+    )] // (the compact trampolines')
     pub const EV_TAG_ENTRY: usize = 1;
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // (the compact trampolines')
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        allow(dead_code)
+    )] // (the compact trampolines')
     pub const EV_TAG_EXIT: usize = 2;
     pub const EV_TAG_LONG: usize = 3;
     pub const EV_LONG_SHIFT: usize = 8;
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // (the compact trampolines')
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        allow(dead_code)
+    )] // (the compact trampolines')
     pub const EV_TIME_BITS: usize = 30;
     /// A chunk's code base lies this far below the function of the event that made the thread
     /// take it: short events reach 2 GiB on either side.
@@ -87,9 +99,9 @@ const _: () = assert!(SH_RET < 64);
 const CHUNK_HEADER: usize = 64;
 const CHUNK_MAGIC: &[u8; 8] = b"IFNCHNK1";
 /// Whether this architecture's trampolines write compact events (8 bytes for most; see
-/// [`layout`] and docs/trace-format.md): so far x86_64's. The others write version 1 chunks
-/// (16-byte events); readers take both.
-pub(crate) const COMPACT: bool = cfg!(target_arch = "x86_64");
+/// [`layout`] and docs/trace-format.md): x86_64's and aarch64's. riscv64 and s390x write
+/// version 1 chunks (16-byte events); readers take both.
+pub(crate) const COMPACT: bool = cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));
 const CHUNK_VERSION: u32 = if COMPACT { 2 } else { 1 };
 /// Where a version 2 chunk header keeps its time base and code base.
 const HDR_TBASE: usize = 32;

@@ -1797,7 +1797,7 @@ fn build_plain(dir: &Path, src: &str, flags: &[&str], link_flags: &[&str]) -> Pa
 
 #[test]
 fn compact_events_take_the_long_form_where_they_must() {
-    // x86_64 writes compact events (docs/trace-format.md, version 2): 8 bytes for an entry or
+    // x86_64 writes compact events (docs/trace-format.md, chunk version 2): 8 bytes for an entry or
     // exit whose function lies within reach of its chunk's code base and whose time within
     // 2^30 ticks of its time base, 16 otherwise. tests/fixtures/c/compact.c calls functions
     // of the executable (short), of a -pg library mapped far from it (long), sleeps 1 s
@@ -1816,50 +1816,10 @@ fn compact_events_take_the_long_form_where_they_must() {
         &[lib.to_str().unwrap(), &rpath],
     );
     let (out, trace) = record_trace(&exe, &[&N.to_string()], &[], &dir);
-    let stdout = stdout_of(&out);
-    let napped: f64 = stdout
-        .trim()
-        .strip_prefix("napped ")
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("compact.c printed {stdout:?}"));
-    let p = instrfn_dump(&trace).remove(0);
-    let counts = assert_balanced(&p, "compact");
-    assert_counts(
-        &counts,
-        &[
-            ("entry", "main", 1),
-            ("entry", "near", 2 * N),
-            ("exit", "near", 2 * N),
-            ("entry", "lib_outer", 1),
-            ("exit", "lib_outer", 1),
-            ("entry", "lib_inner", N),
-            ("exit", "lib_inner", N),
-            ("entry", "nap", 1),
-            ("exit", "nap", 1),
-            ("exit", "main", 1),
-        ],
-        "compact",
-    );
-    let events = p.threads.values().next().unwrap();
-    let at = |kind: &str| {
-        events
-            .iter()
-            .find(|e| e.kind == kind && e.name == "nap")
-            .unwrap()
-            .ns
-    };
-    let traced = at("exit") - at("entry");
-    assert!(
-        traced >= napped && traced < napped + 2e6,
-        "nap traced {traced} ns, measured {napped} ns"
-    );
+    let c = assert_compact_trace(&trace, &stdout_of(&out), N, "x86_64");
     // One chunk (the trace is small); its events by form: the first loop's are short, the
     // library's long (4 GiB of code base reach cannot span the executable and the library),
     // and from the end of the sleep on every one is long (past the time base's reach).
-    let chunks = raw_chunks(&trace);
-    assert_eq!(chunks.len(), 1, "{chunks:?}");
-    let c = chunks[0];
-    assert_eq!(c.short + c.long, 6 * N + 6, "{c:?}");
     assert!(c.short >= 2 * N && c.long >= 4 * N + 4, "{c:?}");
 }
 

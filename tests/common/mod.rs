@@ -1031,6 +1031,53 @@ pub fn raw_chunks(dir: &Path) -> Vec<RawChunk> {
     chunks
 }
 
+/// Checks the trace of tests/fixtures/c/compact.c run with `n` (its stdout given): every call
+/// once, entries and exits balanced and named, and `nap`'s traced length the one the program
+/// measured; returns its one chunk (the trace is small), whose events number 6n + 6.
+pub fn assert_compact_trace(trace: &Path, stdout: &str, n: u64, context: &str) -> RawChunk {
+    let napped: f64 = stdout
+        .trim()
+        .strip_prefix("napped ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{context}: compact.c printed {stdout:?}"));
+    let p = instrfn_dump(trace).remove(0);
+    let counts = assert_balanced(&p, context);
+    assert_counts(
+        &counts,
+        &[
+            ("entry", "main", 1),
+            ("entry", "near", 2 * n),
+            ("exit", "near", 2 * n),
+            ("entry", "lib_outer", 1),
+            ("exit", "lib_outer", 1),
+            ("entry", "lib_inner", n),
+            ("exit", "lib_inner", n),
+            ("entry", "nap", 1),
+            ("exit", "nap", 1),
+            ("exit", "main", 1),
+        ],
+        context,
+    );
+    let events = p.threads.values().next().unwrap();
+    let at = |kind: &str| {
+        events
+            .iter()
+            .find(|e| e.kind == kind && e.name == "nap")
+            .unwrap()
+            .ns
+    };
+    let traced = at("exit") - at("entry");
+    assert!(
+        traced >= napped && traced < napped + 2e6,
+        "{context}: nap traced {traced} ns, measured {napped} ns"
+    );
+    let chunks = raw_chunks(trace);
+    assert_eq!(chunks.len(), 1, "{context}: {chunks:?}");
+    let c = chunks[0];
+    assert_eq!(c.short + c.long, 6 * n + 6, "{context}: {c:?}");
+    c
+}
+
 /// Checks that the durations of a properly nested trace (every thread's events nest) are
 /// consistent with each other and with the wall time the test measured around the whole run:
 /// every call lasts at least as long as its callees together, every thread's events lie
