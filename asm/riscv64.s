@@ -53,8 +53,10 @@
 #
 # Trace mode (src/trace.rs; the layout operands: Tls {TLS_TRACE_POS} trace_pos, {TLS_TRACE_END} trace_end,
 # {TLS_SHADOW_TOP} shadow_top, {TLS_SHADOW_END} shadow_end, {TLS_SHADOW_BASE} shadow_base, {TLS_UNWOUND} unwound, {TLS_DROPPED} dropped; shadow entries of {SH_BYTES} bytes,
-# the original return address at {SH_RET}, its slot at {SH_SLOT}, the function at {SH_FN}; events of {EV_BYTES} bytes,
-# (value << {EV_SHIFT}) | kind, kinds {EV_ENTRY} entry and {EV_EXIT} exit). The exit trampoline
+# the original return address at {SH_RET}, its slot at {SH_SLOT}, the function at {SH_FN}; Tls {TLS_TRACE_TBASE} trace_tbase and
+# {TLS_TRACE_CBASE} trace_cbase, the chunk's bases; compact events (TRACE_EVENT below): short ones of {EV_SHORT_BYTES} bytes, tag
+# {EV_TAG_ENTRY} entry or {EV_TAG_EXIT} exit, long ones of {EV_BYTES}, (value << {EV_LONG_SHIFT}) | (kind << 2) | {EV_TAG_LONG} then the
+# timestamp, kinds {EV_ENTRY} entry and {EV_EXIT} exit). The exit trampoline
 # must tell, from sp at a return, which frame returns, and the fast path must know where the
 # function saved ra. Neither a0 nor s0 says that in gcc -O2 code (no frame pointer), so the
 # slow path decodes, once per call site, the instructions from the function's entry to the
@@ -203,32 +205,67 @@ instrfn_riscv64_sites:
     .endm
 
 # TRACE_EVENT kind, value, nochunk, ts: the fast paths' event: take the timestamp (rdtime,
-#   into \ts), then reserve {EV_BYTES} bytes of this thread's chunk with a compare-and-swap of
+#   into \ts), then reserve this thread's next event and write it, a compact one
+#   (docs/trace-format.md, chunk version 2; asm/x86_64.s TRACE_EVENT is the reference): short
+#   (8 bytes: (value - code base) << 32 | (ts - time base) << 2 | kind) if value - code base
+#   < 2^32 and ts - time base < 2^30, against the Tls copies of the chunk's bases, read after
+#   the position and before the lr.d; else long (16 bytes: the timestamp, then value << 8 |
+#   kind << 2 | 3, which marks it written). The event is reserved with a compare-and-swap of
 #   the position against the room just checked (lr.d/sc.d: the position loaded again must be
-#   the one checked, else a signal handler moved it, or gave the thread another chunk, and
-#   the check is made again; a handler that runs between lr.d and sc.d makes sc.d fail, as the
-#   kernel clears the reservation on every trap return). So an event is never reserved past
-#   its chunk's end, and never left unwritten (a hole, which a reader takes for the end of the
-#   chunk's data) because a handler took the next chunk while it was being reserved. Then
-#   store the timestamp and the word (\value << {EV_SHIFT}) | \kind that marks it written.
-#   No chunk, or no room (pos + {EV_BYTES} > end, end = 0 included): jumps to \nochunk with
-#   nothing reserved (the slow path takes a new chunk). t0 = &Tls; clobbers t1, t2, t3, \ts.
+#   the one checked, else a signal handler moved it, or gave the thread another chunk with
+#   other bases, and all is made again; a handler that runs between lr.d and sc.d makes sc.d
+#   fail, as the kernel clears the reservation on every trap return). So an event is never
+#   reserved past its chunk's end, and never left unwritten (a hole, which a reader takes for
+#   the end of the chunk's data) because a handler took the next chunk while it was being
+#   reserved. A short event's word is made before the lr.d, so \ts holds the lr.d's value and
+#   sc.d's status there (a failed reservation reads the timestamp again).
+#   No chunk, or no room (end = 0 included): jumps to \nochunk with nothing reserved (the
+#   slow path takes a new chunk). \kind: {EV_ENTRY} or {EV_EXIT}. t0 = &Tls; clobbers t1, t2,
+#   t3, \ts.
     .macro TRACE_EVENT kind, value, nochunk, ts
     rdtime \ts                             # the timestamp first: as close to the call as can be
-    addi t2, t0, {TLS_TRACE_POS}           # t2 = &trace_pos
-1:  ld t1, {TLS_TRACE_POS}(t0)
+1:  ld t1, {TLS_TRACE_POS}(t0)             # t1 = our event, if there is room
+    ld t2, {TLS_TRACE_CBASE}(t0)
+    sub t2, \value, t2                     # function - code base
+    srli t3, t2, 32
+    bnez t3, 8f                            # out of its reach: long
+    ld t3, {TLS_TRACE_TBASE}(t0)
+    sub t3, \ts, t3                        # time - time base
+    srli t3, t3, {EV_TIME_BITS}
+    bnez t3, 8f                            # out of its reach (or before it): long
+    ld t3, {TLS_TRACE_TBASE}(t0)           # (a handler that changed it moved the position)
+    sub t3, \ts, t3
+    slli t2, t2, 32
+    slli t3, t3, 2
+    or t2, t2, t3
+    ori t2, t2, \kind                      # t2 = the short word
     ld t3, {TLS_TRACE_END}(t0)
-    addi t1, t1, {EV_BYTES}                # t1 = pos + {EV_BYTES}: the end of our event
-    bltu t3, t1, \nochunk                  # end < pos + {EV_BYTES}: no room (or no chunk)
+    addi t1, t1, {EV_SHORT_BYTES}          # t1 = the end of our event
+    bltu t3, t1, \nochunk                  # no room (or no chunk)
+    addi t3, t0, {TLS_TRACE_POS}
+    lr.d \ts, (t3)
+    addi \ts, \ts, {EV_SHORT_BYTES}
+    bne \ts, t1, 7f                        # moved since the check: again
+    sc.d \ts, t1, (t3)
+    bnez \ts, 7f                           # reservation lost (a trap came between): again
+    sd t2, -{EV_SHORT_BYTES}(t1)           # one store: written
+    j 9f
+7:  rdtime \ts                             # (a fresh timestamp: \ts is spent)
+    j 1b
+8:  ld t3, {TLS_TRACE_END}(t0)
+    addi t1, t1, {EV_BYTES}                # t1 = the end of our event
+    bltu t3, t1, \nochunk                  # no room (or no chunk)
+    addi t2, t0, {TLS_TRACE_POS}
     lr.d t3, (t2)
     addi t3, t3, {EV_BYTES}
     bne t3, t1, 1b                         # moved since the check: check again
     sc.d t3, t1, (t2)
     bnez t3, 1b                            # reservation lost (a trap came between): again
-    sd \ts, -{EV_BYTES}(t1)                # timestamp, then the word that marks it written
-    slli \ts, \value, {EV_SHIFT}
-    ori \ts, \ts, \kind
-    sd \ts, 8-{EV_BYTES}(t1)
+    sd \ts, 8-{EV_BYTES}(t1)               # timestamp, then the word that marks it written
+    slli t3, \value, {EV_LONG_SHIFT}
+    ori t3, t3, (\kind << 2) | {EV_TAG_LONG}
+    sd t3, -{EV_BYTES}(t1)
+9:
     .endm
 
 # instrfn_riscv64_mcount: the fast path of mcount/_mcount, new arcs and marked sites included.
@@ -908,42 +945,71 @@ instrfn_riscv64_exit_ours:
     addi t2, t0, {TLS_TRACE_POS}           # t2 = &trace_pos
 3:  ld t1, {TLS_TRACE_POS}(t0)
     ld t3, {TLS_TRACE_END}(t0)
-    addi t1, t1, {EV_BYTES}                # t1 = just past our place
+    addi t1, t1, {EV_BYTES}                # t1 = just past our place (a long exit's)
     bltu t3, t1, .Lexit_slow               # no room (or no chunk): the slow path does all
     lr.d t3, (t2)
     addi t3, t3, {EV_BYTES}
     bne t3, t1, 3b                         # moved since the check: check again
     sc.d t3, t1, (t2)
     bnez t3, 3b                            # reservation lost (a trap came between): again
-    slli t3, t5, {EV_SHIFT}
-    ori t3, t3, {EV_ENTRY}                 # our entry's tag
-    ld t2, 8-2*{EV_BYTES}(t1)              # the tag of the event before ours
-    bne t2, t3, 4f                         # not ours (the first event of a chunk finds the
-                                           # header's zero word there): the exit is written
-    ld t2, -2*{EV_BYTES}(t1)               # its timestamp
+    # Our entry before our place: a long one at -16, or a short one at -8 (asm/x86_64.s: a
+    # long event's timestamp cannot pass for a short entry of ours); the first event of a
+    # chunk finds the header's zero words there.
+    slli t3, t5, {EV_LONG_SHIFT}
+    ori t3, t3, ({EV_ENTRY} << 2) | {EV_TAG_LONG} # our entry's first word, if long
+    ld t2, -2*{EV_BYTES}(t1)
+    bne t2, t3, 6f
+    ld t2, 8-2*{EV_BYTES}(t1)              # its timestamp
     sub t2, t6, t2                         # the call's length in ticks
     bgeu t2, a2, 4f                        # long enough: recorded
+    addi a3, t1, -2*{EV_BYTES}             # a3 = where the entry begins
+    j instrfn_riscv64_exit_take_back
+6:  ld t3, {TLS_TRACE_CBASE}(t0)
+    sub t3, t5, t3
+    slli t3, t3, 32
+    ori t3, t3, {EV_TAG_ENTRY}             # our entry's word if short, its time aside
+    ld t2, 8-2*{EV_BYTES}(t1)
+    xor t3, t3, t2
+    andi a3, t3, 3
+    bnez a3, 4f                            # not a short entry
+    srli t3, t3, 32
+    bnez t3, 4f                            # not ours (or not from these bases)
+    slli t3, t2, 32
+    srli t3, t3, 34                        # its time - the time base
+    ld a3, {TLS_TRACE_TBASE}(t0)
+    add t3, t3, a3
+    sub t3, t6, t3                         # the call's length in ticks
+    bgeu t3, a2, 4f                        # long enough: recorded
+    addi a3, t1, 8-2*{EV_BYTES}            # a3 = where the entry begins
     .globl instrfn_riscv64_exit_take_back
     .hidden instrfn_riscv64_exit_take_back
 instrfn_riscv64_exit_take_back:
-    sd zero, 8-2*{EV_BYTES}(t1)            # the entry is unwritten again
-    addi a2, t1, -2*{EV_BYTES}             # a2 = where the entry began
+    # a3 = the entry, t1 = just past our place. (A handler that gave the thread a new chunk
+    # since our reservation made the Tls bases read above another chunk's: the
+    # compare-and-swap below fails then, as the position moved, and all goes back as it was.)
+    ld a4, 8-2*{EV_BYTES}(t1)              # a short entry's word, or a long one's timestamp
+    sd zero, 0(a3)                         # the entry is unwritten again, its first word
+    sd zero, 8-2*{EV_BYTES}(t1)            # first (and a long one's timestamp: an event
+                                           # written there next may be short)
     addi t2, t0, {TLS_TRACE_POS}
 1:  lr.d t3, (t2)                          # back over both, if nothing came after them
     bne t3, t1, 2f
-    sc.d t3, a2, (t2)
+    sc.d t3, a3, (t2)
     bnez t3, 1b                            # reservation lost (a trap came between): again
     li t2, 1
     addi t1, t0, {TLS_DROPPED}
     amoadd.d zero, t2, (t1)                # counted
     j .Lexit_pop
-2:  slli t3, t5, {EV_SHIFT}                # a handler came in between: the entry stays
-    ori t3, t3, {EV_ENTRY}
-    sd t3, 8-2*{EV_BYTES}(t1)
-4:  sd t6, -{EV_BYTES}(t1)                 # our exit: timestamp, then the word that marks it
-    slli t6, t5, {EV_SHIFT}
-    ori t6, t6, {EV_EXIT}
-    sd t6, 8-{EV_BYTES}(t1)
+2:  sd a4, 8-2*{EV_BYTES}(t1)              # a handler came in between: the entry stays (its
+    addi t3, t1, -2*{EV_BYTES}             # words back, the one that marks it last)
+    bne t3, a3, 4f
+    slli t3, t5, {EV_LONG_SHIFT}
+    ori t3, t3, ({EV_ENTRY} << 2) | {EV_TAG_LONG}
+    sd t3, -2*{EV_BYTES}(t1)
+4:  sd t6, 8-{EV_BYTES}(t1)                # our exit: timestamp, then the word that marks it
+    slli t6, t5, {EV_LONG_SHIFT}
+    ori t6, t6, ({EV_EXIT} << 2) | {EV_TAG_LONG}
+    sd t6, -{EV_BYTES}(t1)
     j .Lexit_pop
 .Lexit_slow:
     .cfi_undefined ra                      # (reached before the entry is known, and after)

@@ -99,9 +99,13 @@ const _: () = assert!(SH_RET < 64);
 const CHUNK_HEADER: usize = 64;
 const CHUNK_MAGIC: &[u8; 8] = b"IFNCHNK1";
 /// Whether this architecture's trampolines write compact events (8 bytes for most; see
-/// [`layout`] and docs/trace-format.md): x86_64's and aarch64's. riscv64 and s390x write
-/// version 1 chunks (16-byte events); readers take both.
-pub(crate) const COMPACT: bool = cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));
+/// [`layout`] and docs/trace-format.md): all but s390x's, which writes version 1 chunks
+/// (16-byte events); readers take both.
+pub(crate) const COMPACT: bool = cfg!(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64"
+));
 const CHUNK_VERSION: u32 = if COMPACT { 2 } else { 1 };
 /// Where a version 2 chunk header keeps its time base and code base.
 const HDR_TBASE: usize = 32;

@@ -661,20 +661,6 @@ fn aarch64_trace_survives_a_traced_handler_at_every_instruction() {
 #[test]
 fn aarch64_compact_events_take_the_long_form_where_they_must() {
     const N: u64 = 1000;
-    let dir = workdir("aarch64-trace-compact");
-    let src = fixture("c/libwork.c");
-    let lib_args = ["-O2", "-pg", "-fPIC", "-shared"].map(OsStr::new);
-    let mut args = lib_args.to_vec();
-    args.push(src.as_os_str());
-    let lib = cc(AARCH64, &args, &dir.join("libwork.so"));
-    let obj = compile(Compiler::Gcc, &dir, "compact.c", &["-pg"], "compact.o");
-    let rpath = format!("-Wl,-rpath,{}", dir.display());
-    let exe = cc(
-        AARCH64,
-        &[obj.as_os_str(), lib.as_os_str(), OsStr::new(&rpath)],
-        &dir.join("compact"),
-    );
-    let (stdout, trace) = run_traced(&exe, &[&N.to_string()], Runtime::Preload, &[], &dir);
-    let c = assert_compact_trace(&trace, &stdout, N, "aarch64");
+    let c = compact_under_qemu(AARCH64, N);
     assert!(c.short >= 4 * N, "{c:?}");
 }

@@ -1078,6 +1078,35 @@ pub fn assert_compact_trace(trace: &Path, stdout: &str, n: u64, context: &str) -
     c
 }
 
+/// tests/fixtures/c/compact.c for `arch` (gcc -O2 -pg, linked with a -pg libwork.so), run
+/// `n` preloaded in trace mode under qemu, checked by [`assert_compact_trace`]: returns its
+/// chunk.
+pub fn compact_under_qemu(arch: Arch, n: u64) -> RawChunk {
+    let dir = workdir(&format!("{}-trace-compact", arch.name));
+    let lib_args = ["-O2", "-pg", "-fPIC", "-shared"].map(OsStr::new);
+    let src = fixture("c/libwork.c");
+    let mut args = lib_args.to_vec();
+    args.push(src.as_os_str());
+    let lib = cc(arch, &args, &dir.join("libwork.so"));
+    let src = fixture("c/compact.c");
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    let exe = cc(
+        arch,
+        &[
+            OsStr::new("-O2"),
+            OsStr::new("-pg"),
+            src.as_os_str(),
+            lib.as_os_str(),
+            OsStr::new(&rpath),
+        ],
+        &dir.join("compact"),
+    );
+    let trace = dir.join("trace");
+    let out = run_in_trace_mode(arch, &exe, &[&n.to_string()], true, &[], &dir, &trace);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_compact_trace(&trace, &stdout, n, arch.name)
+}
+
 /// Checks that the durations of a properly nested trace (every thread's events nest) are
 /// consistent with each other and with the wall time the test measured around the whole run:
 /// every call lasts at least as long as its callees together, every thread's events lie
