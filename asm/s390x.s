@@ -92,9 +92,10 @@
     # instrfn_hash_mul (asm/data.s).
     # Trace mode's: Tls {TLS_TRACE_POS} trace_pos, {TLS_TRACE_END} trace_end, {TLS_SHADOW_TOP} shadow_top,
     # {TLS_SHADOW_END} shadow_end, {TLS_SHADOW_BASE} shadow_base, {TLS_UNWOUND} unwound, {TLS_DROPPED} dropped; shadow entries of {SH_BYTES}
-    # bytes: original return address at {SH_RET}, slot at {SH_SLOT}, function at {SH_FN}; events of {EV_BYTES}
-    # bytes, the second word (address << {EV_SHIFT}) | kind, kinds {EV_ENTRY} entry, {EV_EXIT} exit and {EV_NOEXIT} entry
-    # without exit.
+    # bytes: original return address at {SH_RET}, slot at {SH_SLOT}, function at {SH_FN}, a spare word at {SH_SPARE}; Tls
+    # {TLS_TRACE_TBASE} trace_tbase and {TLS_TRACE_CBASE} trace_cbase, the chunk's bases; compact events (S390_EVENT): short
+    # ones of {EV_SHORT_BYTES} bytes, tag {EV_TAG_ENTRY} entry or {EV_TAG_EXIT} exit, long ones of {EV_BYTES}, (address << {EV_LONG_SHIFT}) |
+    # (kind << 2) | {EV_TAG_LONG} then the timestamp, kinds {EV_ENTRY} entry, {EV_EXIT} exit and {EV_NOEXIT} entry without exit.
 
     .data
     # Vector facility, found by the first slow path: 0 = not yet known, 1 = absent, 2 = present
@@ -139,6 +140,55 @@ instrfn_s390x_vx:
     .cfi_offset %r13, -56
     .cfi_offset %r14, -48
     .cfi_offset %r15, -40
+    .endm
+
+# S390_EVENT tsat, hiat, kind, nochunk: the trace fast paths' event: reserves this thread's
+#   next event and writes it, a compact one (docs/trace-format.md, chunk version 2;
+#   asm/x86_64.s TRACE_EVENT is the reference): short (8 bytes: (r1 - code base) << 32 |
+#   (time - time base) << 2 | kind) if r1 - code base < 2^32 and time - time base < 2^30,
+#   against the Tls copies of the chunk's bases, read after the position and before the csg
+#   that claims the event (a handler that gives the thread a new chunk moves the position:
+#   the csg fails, and all is made again); else long (16 bytes: the timestamp, then r1 << 8 |
+#   kind << 2 | 3, stored last). The event is reserved with a csg of the position against
+#   the room just checked, as before. In: r1 = the function, r2 = &Tls, the timestamp at
+#   \tsat (stckf stores to memory only), \hiat 8 bytes of scratch memory that no handler
+#   touches (what the two fast paths have is said where they call this); \kind {EV_ENTRY} or
+#   {EV_EXIT}. The short word is stored with one stg (an mvc may be seen a byte at a time).
+#   No room (or no chunk): jumps to \nochunk with nothing reserved. Clobbers r3, r5.
+    .macro S390_EVENT tsat, hiat, kind, nochunk
+3:  lg %r3,{TLS_TRACE_POS}(%r2)            # our event, if there is room
+    lgr %r5,%r1
+    sg %r5,{TLS_TRACE_CBASE}(%r2)          # function - code base
+    clgfi %r5,4294967295
+    jh 8f                                   # out of its reach: long
+    sllg %r5,%r5,32
+    stg %r5,\hiat                          # (the word's high half)
+    lg %r5,\tsat
+    sg %r5,{TLS_TRACE_TBASE}(%r2)          # time - time base
+    clgfi %r5,(1 << {EV_TIME_BITS}) - 1
+    jh 8f                                   # out of its reach (or before it): long
+    sllg %r5,%r5,2
+    og %r5,\hiat
+    oill %r5,\kind                         # the short word
+    stg %r5,\hiat
+    la %r5,{EV_SHORT_BYTES}(%r3)
+    clg %r5,{TLS_TRACE_END}(%r2)
+    jh \nochunk                            # past the chunk's end (or no chunk): slow path
+    csg %r3,%r5,{TLS_TRACE_POS}(%r2)
+    jne 3b                                  # a handler moved it: again
+    lg %r5,\hiat
+    stg %r5,0(%r3)                          # one store: written
+    j 9f
+8:  la %r5,{EV_BYTES}(%r3)
+    clg %r5,{TLS_TRACE_END}(%r2)
+    jh \nochunk                            # past the chunk's end (or no chunk): slow path
+    csg %r3,%r5,{TLS_TRACE_POS}(%r2)
+    jne 3b                                  # r3 = our event
+    mvc 8(8,%r3),\tsat                     # the timestamp, then the word that marks it written
+    sllg %r5,%r1,{EV_LONG_SHIFT}            # (stores are seen in program order)
+    oill %r5,(\kind << 2) | {EV_TAG_LONG}
+    stg %r5,0(%r3)
+9:
     .endm
 
 # FAST_PATH name, self, fromop, fromsrc, retcol, ret, trace
@@ -301,20 +351,21 @@ instrfn_s390x_\name:
     csg %r4,%r5,{TLS_SHADOW_TOP}(%r2)
     jne 1b                                  # r4 = our shadow entry (its slot is 0)
     .endif
-    lg %r3,{TLS_TRACE_POS}(%r2)
-3:  la %r5,{EV_BYTES}(%r3)
-    clg %r5,{TLS_TRACE_END}(%r2)
-    jh .Ltnochunk_\name                     # past the chunk's end (or no chunk): slow path
-    csg %r3,%r5,{TLS_TRACE_POS}(%r2)
-    jne 3b                                  # r3 = our event
-    stckf 0(%r3)                            # the timestamp, then the word that marks it written
-    sllg %r5,%r1,{EV_SHIFT}
-    .ifc \trace,exit
-    oill %r5,{EV_EXIT}
+    # The event. Its timestamp and word are made in memory no handler touches: our shadow
+    # entry's return address and spare words (it is ours, its slot still 0, until written
+    # below), or for the __cyg_profile_* functions, called as any function, r6's and r7's
+    # slots of the save area their caller gave them.
+    .if .Lhijack_\name
+    stckf {SH_RET}(%r4)
+    S390_EVENT {SH_RET}(%r4), {SH_SPARE}(%r4), {EV_ENTRY}, .Ltnochunk_\name
     .else
-    oill %r5,{EV_ENTRY}
+    stckf 48(%r15)
+    .ifc \trace,exit
+    S390_EVENT 48(%r15), 56(%r15), {EV_EXIT}, .Ltnochunk_\name
+    .else
+    S390_EVENT 48(%r15), 56(%r15), {EV_ENTRY}, .Ltnochunk_\name
     .endif
-    stg %r5,8(%r3)
+    .endif
     .if .Lhijack_\name
     .ifc \trace,fentry
     stg %r14,{SH_RET}(%r4)                        # the original return address
@@ -370,16 +421,17 @@ instrfn_s390x_\name\()_hijacked:
 .Lnoexit_\name:
     # An entry without exit ({EV_NOEXIT}), nothing replaced: the event only. For clang 14's
     # mcount (no return address at 8(%r15)) and for INSTRFN_EXITS=off (mode 2).
+    # (Always a long event: no scratch memory needed. The timestamp goes straight into it.)
     lg %r3,{TLS_TRACE_POS}(%r2)
 4:  la %r5,{EV_BYTES}(%r3)
     clg %r5,{TLS_TRACE_END}(%r2)
     jh 5f
     csg %r3,%r5,{TLS_TRACE_POS}(%r2)
     jne 4b
-    stckf 0(%r3)
-    sllg %r5,%r1,{EV_SHIFT}
-    oill %r5,{EV_NOEXIT}
-    stg %r5,8(%r3)
+    stckf 8(%r3)                            # the timestamp, then the word that marks it written
+    sllg %r5,%r1,{EV_LONG_SHIFT}
+    oill %r5,({EV_NOEXIT} << 2) | {EV_TAG_LONG}
+    stg %r5,0(%r3)
     lmg %r2,%r5,16(%r15)
     br %r1
 5:  # No room (or no chunk yet): the slow path records the entry without exit. mcount code
@@ -725,17 +777,43 @@ instrfn_s390x_exit_ours:
     larl %r5,instrfn_min_ticks
     cghsi 0(%r5),0
     jne .Lexit_short                        # INSTRFN_MIN_DURATION: maybe no events at all
-    lg %r1,{TLS_TRACE_POS}(%r14)
-1:  la %r5,{EV_BYTES}(%r1)
-    clg %r5,{TLS_TRACE_END}(%r14)
-    jh .Lexit_slow                          # no room: the entry is still ours, all goes slow
-    csg %r1,%r5,{TLS_TRACE_POS}(%r14)
+    # Our exit event, compact as S390_EVENT's (r0, r1 for its r5, r3): its timestamp and word
+    # made in r6's and r7's slots of the returning function's save area (it restored both from
+    # there; nothing reads them any more). No room: the entry is still ours, all goes slow.
+    stckf 48(%r15)
+1:  lg %r1,{TLS_TRACE_POS}(%r14)
+    lg %r0,{SH_FN}(%r4)                     # the function that returned
+    sg %r0,{TLS_TRACE_CBASE}(%r14)
+    clgfi %r0,4294967295
+    jh 8f                                   # out of the code base's reach: long
+    sllg %r0,%r0,32
+    stg %r0,56(%r15)
+    lg %r0,48(%r15)
+    sg %r0,{TLS_TRACE_TBASE}(%r14)
+    clgfi %r0,(1 << {EV_TIME_BITS}) - 1
+    jh 8f                                   # out of the time base's (or before it): long
+    sllg %r0,%r0,2
+    og %r0,56(%r15)
+    oill %r0,{EV_TAG_EXIT}
+    stg %r0,56(%r15)                        # the short word
+    la %r0,{EV_SHORT_BYTES}(%r1)
+    clg %r0,{TLS_TRACE_END}(%r14)
+    jh .Lexit_slow
+    csg %r1,%r0,{TLS_TRACE_POS}(%r14)
+    jne 1b                                  # a handler moved it: again
+    lg %r0,56(%r15)
+    stg %r0,0(%r1)                          # one store: written
+    j .Lexit_pop
+8:  la %r0,{EV_BYTES}(%r1)
+    clg %r0,{TLS_TRACE_END}(%r14)
+    jh .Lexit_slow
+    csg %r1,%r0,{TLS_TRACE_POS}(%r14)
     jne 1b                                  # r1 = our event
-    stckf 0(%r1)
-    lg %r0,{SH_FN}(%r4)                          # the function that returned
-    sllg %r0,%r0,{EV_SHIFT}
-    oill %r0,{EV_EXIT}
-    stg %r0,8(%r1)
+    mvc 8(8,%r1),48(%r15)                   # the timestamp, then the word that marks it written
+    lg %r0,{SH_FN}(%r4)
+    sllg %r0,%r0,{EV_LONG_SHIFT}
+    oill %r0,({EV_EXIT} << 2) | {EV_TAG_LONG}
+    stg %r0,0(%r1)
 .Lexit_pop:
     # Popped after the event: until here a handler that interrupts us finds the entry intact
     # (it pushes and pops above it).
@@ -765,37 +843,72 @@ instrfn_s390x_exit_ours:
     clg %r0,{TLS_TRACE_END}(%r14)
     jh .Lexit_slow                          # no room (or no chunk): all goes slow
     csg %r1,%r0,{TLS_TRACE_POS}(%r14)
-    jne 3b                                  # r1 = our place
+    jne 3b                                  # r1 = our place (a long exit's)
+    # Our entry before our place: a long one at -16, or a short one at -8 (asm/x86_64.s: a
+    # long event's timestamp cannot pass for a short entry of ours); the first event of a
+    # chunk finds the header's zero words there.
     lg %r0,{SH_FN}(%r4)
-    sllg %r0,%r0,{EV_SHIFT}
-    oill %r0,{EV_ENTRY}                     # our entry's tag
-    cg %r0,8-{EV_BYTES}(%r1)
-    jne 4f                                  # not ours (the first event of a chunk finds the
-                                            # header's zero word there): the exit is written
+    sllg %r0,%r0,{EV_LONG_SHIFT}
+    oill %r0,({EV_ENTRY} << 2) | {EV_TAG_LONG} # our entry's first word, if long
+    cg %r0,-{EV_BYTES}(%r1)
+    jne 6f
     lg %r0,48(%r15)
-    sg %r0,-{EV_BYTES}(%r1)                 # the call's length in ticks
+    sg %r0,8-{EV_BYTES}(%r1)                # the call's length in ticks
     clg %r0,0(%r5)
     jnl 4f                                  # long enough: recorded
+    lay %r5,-{EV_BYTES}(%r1)                # r5 = where the entry begins
+    j instrfn_s390x_exit_take_back
+6:  lg %r0,{SH_FN}(%r4)
+    sg %r0,{TLS_TRACE_CBASE}(%r14)
+    sllg %r0,%r0,32
+    oill %r0,{EV_TAG_ENTRY}                 # our entry's word if short, its time aside
+    xg %r0,-{EV_SHORT_BYTES}(%r1)
+    tmll %r0,3
+    jnz 4f                                  # not a short entry
+    clgfi %r0,4294967295
+    jh 4f                                   # not ours (or not from these bases)
+    llgf %r0,-4(%r1)                        # the word's low half (big-endian)
+    srlg %r0,%r0,2                          # its time - the time base
+    ag %r0,{TLS_TRACE_TBASE}(%r14)
+    sg %r0,48(%r15)
+    lcgr %r0,%r0                            # the call's length in ticks
+    clg %r0,0(%r5)
+    jnl 4f                                  # long enough: recorded
+    lay %r5,-{EV_SHORT_BYTES}(%r1)          # r5 = where the entry begins
     .globl instrfn_s390x_exit_take_back
     .hidden instrfn_s390x_exit_take_back
 instrfn_s390x_exit_take_back:
-    lay %r5,-{EV_BYTES}(%r1)                # our entry: the position without it
-    mvghi 8(%r5),0                          # the entry is unwritten again
+    # r5 = the entry, r1 = our place; r8's and r7's slots of the save area (dead, as r6's)
+    # keep our place and the word before it. (A handler that gave the thread a new chunk since
+    # our reservation made the Tls bases read above another chunk's: the csg below fails then,
+    # as the position moved, and all goes back as it was.)
+    stg %r1,64(%r15)
+    lg %r0,-8(%r1)                          # a short entry's word, or a long one's timestamp
+    stg %r0,56(%r15)
+    mvghi 0(%r5),0                          # the entry is unwritten again, its first word
+    lghi %r0,0                              # first (and a long one's timestamp: an event
+    stg %r0,-8(%r1)                         # written there next may be short)
     la %r1,{EV_BYTES}(%r1)                  # the position just past our place
     csg %r1,%r5,{TLS_TRACE_POS}(%r14)       # back over both, if nothing came after them
     jne 2f
     agsi {TLS_DROPPED}(%r14),1              # counted
     j .Lexit_pop
-2:  la %r1,{EV_BYTES}(%r5)                  # a handler came in between: the entry stays
+2:  lg %r1,64(%r15)                         # a handler came in between: the entry stays (its
+    lg %r0,56(%r15)                         # words back, the one that marks it last)
+    stg %r0,-8(%r1)
+    lgr %r0,%r1
+    sgr %r0,%r5
+    cghi %r0,{EV_BYTES}
+    jne 4f
     lg %r0,{SH_FN}(%r4)
-    sllg %r0,%r0,{EV_SHIFT}
-    oill %r0,{EV_ENTRY}
-    stg %r0,8(%r5)
-4:  mvc 0(8,%r1),48(%r15)                   # our exit: timestamp, then the word that marks it
+    sllg %r0,%r0,{EV_LONG_SHIFT}
+    oill %r0,({EV_ENTRY} << 2) | {EV_TAG_LONG}
+    stg %r0,-{EV_BYTES}(%r1)
+4:  mvc 8(8,%r1),48(%r15)                   # our exit: timestamp, then the word that marks it
     lg %r0,{SH_FN}(%r4)
-    sllg %r0,%r0,{EV_SHIFT}
-    oill %r0,{EV_EXIT}
-    stg %r0,8(%r1)
+    sllg %r0,%r0,{EV_LONG_SHIFT}
+    oill %r0,({EV_EXIT} << 2) | {EV_TAG_LONG}
+    stg %r0,0(%r1)
     j .Lexit_pop
 .Lexit_slow:
     .cfi_undefined %r14                     # (paths with and without the entry known come

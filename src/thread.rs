@@ -63,7 +63,7 @@ pub struct Tls {
     pub stack_hi: usize,
     /// Calls trace mode left out at record time (INSTRFN_MIN_DURATION), not yet reported.
     pub dropped: usize,
-    /// Compact events (src/trace.rs `COMPACT`): the current chunk's time base and code base,
+    /// Compact events (src/trace.rs `layout`): the current chunk's time base and code base,
     /// copies of its header's (docs/trace-format.md). A short event stores its time and its
     /// function relative to them; the trampolines read them before they reserve the event
     /// (a handler that gives the thread a new chunk meanwhile moves `trace_pos`, and the

@@ -38,43 +38,29 @@ pub mod layout {
     pub const SH_RET: usize = 0;
     pub const SH_SLOT: usize = 8;
     pub const SH_FN: usize = 16;
+    /// (aarch64 keeps the frame pointer there; s390x's fast path makes its event's word there
+    /// while the entry is being pushed.)
+    #[cfg_attr(not(target_arch = "s390x"), allow(dead_code))]
+    pub const SH_SPARE: usize = 24;
     pub const SH_BYTES: usize = 32;
-    /// An event: timestamp, then `(value << EV_SHIFT) | kind`.
-    pub const EV_BYTES: usize = 16;
-    pub const EV_SHIFT: usize = 4;
+    /// Event kinds (docs/trace-format.md).
     pub const EV_ENTRY: usize = 1;
     pub const EV_EXIT: usize = 2;
     pub const EV_UNWOUND: usize = 3;
     pub const EV_LOST: usize = 4;
     pub const EV_NOEXIT: usize = 5;
     pub const EV_THREAD: usize = 6;
-    /// Compact events ([`super::COMPACT`], chunk version 2): the low two bits of an event's
-    /// first word tell its form. A short event is that one word, `(function - code base) << 32
-    /// | (time - time base) << 2 | tag`, for an entry (tag 1) or an exit (tag 2) whose function
-    /// lies within 4 GiB above the chunk's code base and whose time within 2^30 ticks after
-    /// its time base; any other event is long: `value << 8 | kind << 2 | 3`, then the
-    /// timestamp.
-    #[cfg_attr(
-        not(any(target_arch = "x86_64", target_arch = "aarch64")),
-        allow(dead_code)
-    )] // (the compact trampolines')
+    /// Compact events (chunk version 2): the low two bits of an event's first word tell its
+    /// form. A short event is that one word, `(function - code base) << 32 | (time - time
+    /// base) << 2 | tag`, for an entry (tag 1) or an exit (tag 2) whose function lies within
+    /// 4 GiB above the chunk's code base and whose time within 2^30 ticks after its time base;
+    /// any other event is long: `value << 8 | kind << 2 | 3`, then the timestamp.
+    pub const EV_BYTES: usize = 16;
     pub const EV_SHORT_BYTES: usize = 8;
-    #[cfg_attr(
-        not(any(target_arch = "x86_64", target_arch = "aarch64")),
-        allow(dead_code)
-    )] // (the compact trampolines')
     pub const EV_TAG_ENTRY: usize = 1;
-    #[cfg_attr(
-        not(any(target_arch = "x86_64", target_arch = "aarch64")),
-        allow(dead_code)
-    )] // (the compact trampolines')
     pub const EV_TAG_EXIT: usize = 2;
     pub const EV_TAG_LONG: usize = 3;
     pub const EV_LONG_SHIFT: usize = 8;
-    #[cfg_attr(
-        not(any(target_arch = "x86_64", target_arch = "aarch64")),
-        allow(dead_code)
-    )] // (the compact trampolines')
     pub const EV_TIME_BITS: usize = 30;
     /// A chunk's code base lies this far below the function of the event that made the thread
     /// take it: short events reach 2 GiB on either side.
@@ -98,15 +84,9 @@ const _: () = assert!(SH_RET < 64);
 /// Bytes of a chunk header (docs/trace-format.md).
 const CHUNK_HEADER: usize = 64;
 const CHUNK_MAGIC: &[u8; 8] = b"IFNCHNK1";
-/// Whether this architecture's trampolines write compact events (8 bytes for most; see
-/// [`layout`] and docs/trace-format.md): all but s390x's, which writes version 1 chunks
-/// (16-byte events); readers take both.
-pub(crate) const COMPACT: bool = cfg!(any(
-    target_arch = "x86_64",
-    target_arch = "aarch64",
-    target_arch = "riscv64"
-));
-const CHUNK_VERSION: u32 = if COMPACT { 2 } else { 1 };
+/// The chunk version written: 2, compact events (see [`layout`] and docs/trace-format.md; the
+/// readers take version 1 chunks, 16-byte events, of older traces too).
+const CHUNK_VERSION: u32 = 2;
 /// Where a version 2 chunk header keeps its time base and code base.
 const HDR_TBASE: usize = 32;
 const HDR_CBASE: usize = 40;
@@ -1059,34 +1039,24 @@ pub(crate) fn commit(base: usize) -> bool {
 /// show its tag before its timestamp. Both words lie in one cache line: the scan costs the
 /// same.
 pub(crate) fn all_written(base: usize, end: usize) -> bool {
-    written_as(COMPACT, base, end)
-}
-
-/// [`all_written`] for compact events or not.
-fn written_as(compact: bool, base: usize, end: usize) -> bool {
-    if compact {
-        // No word is 0 then: a short event is one word with a tag, a long one's first word has
-        // its tag and its second is a timestamp (never 0); an unwritten event's first word is
-        // 0, and so is whichever word of a long one another core does not see stored yet. So
-        // the whole range is scanned, a word at a time, without decoding.
-        return (base + CHUNK_HEADER..end).step_by(8).all(|at| {
-            // SAFETY: inside a chunk mapping that is still mapped (it is being retired).
-            unsafe { (at as *const u64).read_volatile() != 0 }
-        });
-    }
-    (base + CHUNK_HEADER..end).step_by(EV_BYTES).all(|at| {
+    // No word is 0 then: a short event is one word with a tag, a long one's first word has its
+    // tag and its second is a timestamp (never 0); an unwritten event's first word is 0, and so
+    // is whichever word of a long one another core does not see stored yet. So the whole range
+    // is scanned, a word at a time, without decoding.
+    (base + CHUNK_HEADER..end).step_by(8).all(|at| {
         // SAFETY: inside a chunk mapping that is still mapped (it is being retired).
-        unsafe {
-            ((at + 8) as *const u64).read_volatile() != 0 && (at as *const u64).read_volatile() != 0
-        }
+        unsafe { (at as *const u64).read_volatile() != 0 }
     })
 }
 
 /// Gives this thread its next chunk: a prepared one from the collector's pool, or one it maps
 /// itself. `hint` is the function of the event that needs it (0: none), for the chunk's code
-/// base. Returns false if there is none (the file cannot grow, or the limit is reached): the
-/// caller counts the event as lost.
-fn refill(tls: &mut Tls, block: &ThreadBlock, hint: usize) -> bool {
+/// base, and `ts` its timestamp (0: none), for its time base: that event (stamped before the
+/// chunk was had) can then be short too, if it is no older than 2^26 ticks (a slow path under
+/// qemu can take milliseconds). Returns false if
+/// there is none (the file cannot grow, or the limit is reached): the caller counts the event
+/// as lost.
+fn refill(tls: &mut Tls, block: &ThreadBlock, hint: usize, ts: u64) -> bool {
     let mut base = 0;
     if !SESSION.full.load(Ordering::Relaxed) {
         if SESSION.handed.fetch_add(1, Ordering::Relaxed) >= MAX_CHUNKS.load(Ordering::Relaxed) {
@@ -1138,15 +1108,18 @@ fn refill(tls: &mut Tls, block: &ThreadBlock, hint: usize) -> bool {
     } else {
         0
     };
-    let tbase = arch::counter();
+    let now = arch::counter();
+    let tbase = if ts != 0 && now.wrapping_sub(ts) < 1 << 26 {
+        ts.min(now)
+    } else {
+        now
+    };
     // SAFETY: the header lies at the start of the chunk, which is all zero (fresh or cleared
     // by `commit`). The magic goes last: a reader sees a whole header or an unused chunk.
     unsafe {
         let h = base as *mut u8;
-        if COMPACT {
-            h.add(HDR_TBASE).cast::<u64>().write(tbase);
-            h.add(HDR_CBASE).cast::<u64>().write(cbase);
-        }
+        h.add(HDR_TBASE).cast::<u64>().write(tbase);
+        h.add(HDR_CBASE).cast::<u64>().write(cbase);
         h.add(8).cast::<u32>().write(CHUNK_VERSION);
         h.add(12).cast::<u32>().write(size as u32);
         h.add(16).cast::<u32>().write(block.index);
@@ -1165,7 +1138,7 @@ fn refill(tls: &mut Tls, block: &ThreadBlock, hint: usize) -> bool {
 /// Takes the time and code bases of the chunk at `base` into this thread's Tls (a thread that
 /// goes on in a chunk another one filled before it).
 fn take_bases(tls: &mut Tls, base: usize) {
-    if COMPACT && base != 0 {
+    if base != 0 {
         // SAFETY: a mapped chunk's header (its owner's: this thread's now).
         unsafe {
             tls.trace_tbase = ((base + HDR_TBASE) as *const u64).read();
@@ -1186,7 +1159,14 @@ fn event(tls: &mut Tls, block: &ThreadBlock, kind: usize, value: usize, ts: u64)
     }
     for attempt in 0..2 {
         let pending_lost = tls.trace_lost;
-        let need = if pending_lost > 0 { 2 } else { 1 } * EV_BYTES;
+        // (After a refill the bases are the new chunk's.)
+        let short = short_word(tls, kind, value, ts);
+        let size = if short.is_some() {
+            EV_SHORT_BYTES
+        } else {
+            EV_BYTES
+        };
+        let need = if pending_lost > 0 { EV_BYTES } else { 0 } + size;
         if tls.trace_end != 0 && tls.trace_pos + need <= tls.trace_end {
             let at = tls.trace_pos;
             tls.trace_pos += need;
@@ -1198,14 +1178,19 @@ fn event(tls: &mut Tls, block: &ThreadBlock, kind: usize, value: usize, ts: u64)
                 w += EV_BYTES;
             }
             // SAFETY: as above.
-            unsafe { store_event(w, ts, kind, value) };
+            unsafe {
+                match short {
+                    Some(word) => (w as *mut u64).write_volatile(word),
+                    None => store_event(w, ts, kind, value),
+                }
+            }
             return;
         }
         let hint = match kind {
             EV_ENTRY | EV_EXIT | EV_UNWOUND | EV_NOEXIT => value,
             _ => 0,
         };
-        if attempt == 0 && !refill(tls, block, hint) {
+        if attempt == 0 && !refill(tls, block, hint, ts) {
             break;
         }
     }
@@ -1269,6 +1254,15 @@ fn drain_sink(tls: &mut Tls, block: &ThreadBlock) {
     }
 }
 
+/// The short word of an event (compact events: an entry or an exit within reach of the
+/// current chunk's bases, as the trampolines make it), or None: it is written long.
+fn short_word(tls: &Tls, kind: usize, value: usize, ts: u64) -> Option<u64> {
+    let off = (value as u64).wrapping_sub(tls.trace_cbase as u64);
+    let d = ts.wrapping_sub(tls.trace_tbase);
+    ((kind == EV_ENTRY || kind == EV_EXIT) && off >> 32 == 0 && d >> EV_TIME_BITS == 0)
+        .then_some((off << 32) | (d << 2) | kind as u64)
+}
+
 /// Stores one event: the timestamp, then the tagged word that marks it written.
 ///
 /// # Safety
@@ -1276,15 +1270,10 @@ fn drain_sink(tls: &mut Tls, block: &ThreadBlock) {
 unsafe fn store_event(at: usize, ts: u64, kind: usize, value: usize) {
     // SAFETY: per the contract.
     unsafe {
-        if COMPACT {
-            // Always the long form here (the slow path is rare): the timestamp, then the word.
-            ((at + 8) as *mut u64).write_volatile(ts);
-            (at as *mut u64)
-                .write_volatile(((value << EV_LONG_SHIFT) | (kind << 2) | EV_TAG_LONG) as u64);
-        } else {
-            (at as *mut u64).write_volatile(ts);
-            ((at + 8) as *mut u64).write_volatile(((value << EV_SHIFT) | kind) as u64);
-        }
+        // The long form (`short_word` makes the short one): the timestamp, then the word.
+        ((at + 8) as *mut u64).write_volatile(ts);
+        (at as *mut u64)
+            .write_volatile(((value << EV_LONG_SHIFT) | (kind << 2) | EV_TAG_LONG) as u64);
     }
 }
 
@@ -1569,7 +1558,7 @@ unsafe fn trace_call(tls: &mut Tls, block: &ThreadBlock, slot: *mut usize, self_
     // that can take up to a millisecond (the file grown, mapped and faulted in), which is the
     // runtime's time, not the function's, so the entry is stamped after it. (Every event this
     // thread wrote before is older than `ts`.)
-    let ts = if tls.trace_end == 0 && refill(tls, block, self_pc) {
+    let ts = if tls.trace_end == 0 && refill(tls, block, self_pc, 0) {
         arch::counter()
     } else {
         ts
@@ -1739,7 +1728,7 @@ fn xray_entry(tls: &mut Tls, slot: usize, func: usize, no_exit: bool, ts: u64) {
     (tls.alt_lo, tls.alt_hi) = alt_stack();
     // Frames at or below this one's slot are gone (longjmp; a tail call without a tail sled).
     close_gone(tls, block, slot, true, ts);
-    let ts = if tls.trace_end == 0 && refill(tls, block, func) {
+    let ts = if tls.trace_end == 0 && refill(tls, block, func, 0) {
         arch::counter()
     } else {
         ts
@@ -2026,38 +2015,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_event_is_written_when_its_tag_and_its_timestamp_are() {
-        // A chunk's words as another core may see them: 0 where nothing is visible yet.
-        let mut chunk = [0u64; (CHUNK_HEADER + 3 * EV_BYTES) / 8];
-        let words = chunk.as_mut_ptr();
-        let base = words as usize;
-        let end = base + CHUNK_HEADER + 3 * EV_BYTES;
-        let set = |i: usize, w: usize, v: u64| {
-            // SAFETY: word w of event i lies inside `chunk`.
-            unsafe {
-                words
-                    .add((CHUNK_HEADER + i * EV_BYTES) / 8 + w)
-                    .write_volatile(v)
-            }
-        };
-        let tag = ((0x401000 << EV_SHIFT) | EV_ENTRY) as u64;
-        for i in 0..3 {
-            set(i, 0, 1000 + i as u64);
-            set(i, 1, tag);
-        }
-        assert!(written_as(false, base, end));
-        // Reserved, not written: the tag is 0.
-        set(1, 1, 0);
-        assert!(!written_as(false, base, end));
-        // The tag seen, the timestamp stored before it not yet (aarch64, riscv64).
-        set(1, 1, tag);
-        set(1, 0, 0);
-        assert!(!written_as(false, base, end));
-        // Only up to `end`: the event beyond it is not looked at.
-        assert!(written_as(false, base, base + CHUNK_HEADER + EV_BYTES));
-    }
-
-    #[test]
     fn a_compact_event_is_written_when_its_first_word_is() {
         // Short (one word), long (first word, timestamp), short: 32 bytes of events.
         let mut chunk = [0u64; CHUNK_HEADER / 8 + 4];
@@ -2074,23 +2031,23 @@ mod tests {
         set(1, long);
         set(2, 123_456);
         set(3, short + 1); // a short exit
-        assert!(written_as(true, base, end));
+        assert!(all_written(base, end));
         // A long event's first word is stored last: while it is 0 the event is unwritten,
         // and so is the chunk (wherever the walk would go on from there).
         set(1, 0);
-        assert!(!written_as(true, base, end));
+        assert!(!all_written(base, end));
         // The first word seen, the timestamp stored before it not yet (weaker orderings).
         set(1, long);
         set(2, 0);
-        assert!(!written_as(true, base, end));
+        assert!(!all_written(base, end));
         set(2, 123_456);
         // A short event reserved and not written.
         set(3, 0);
-        assert!(!written_as(true, base, end));
+        assert!(!all_written(base, end));
         // Only up to `end`: the short event and the long one before it.
-        assert!(written_as(true, base, base + CHUNK_HEADER + 24));
+        assert!(all_written(base, base + CHUNK_HEADER + 24));
         // The short one alone.
         set(1, 0);
-        assert!(written_as(true, base, base + CHUNK_HEADER + 8));
+        assert!(all_written(base, base + CHUNK_HEADER + 8));
     }
 }

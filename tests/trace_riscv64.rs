@@ -209,8 +209,10 @@ fn exit_harness(dir: &Path, name: &str, extra: &[&OsStr]) -> PathBuf {
 /// In a trace (its events and staging files): how many chunks after a slot's first one begin
 /// with an exit event (common::raw_chunks). With the harness's odd event count and 4 KiB
 /// chunks, each such exit found its chunk full in the exit trampoline, which left it to its
-/// slow part. (Compact events made it 7 of the harness's chunks, where 16-byte ones made 10
-/// or more: a chunk holds 504 short events, or fewer with long ones among them.)
+/// slow part. With compact events a chunk holds 504 short events, or fewer with long ones
+/// among them: which events begin the chunks depends on the slots the long ones take, so the
+/// harness runs twice, the second time with its events moved by 8 bytes (`shift`), and one of
+/// the two has its chunks begin with exits.
 fn chunks_opened_by_an_exit(tdir: &Path) -> usize {
     raw_chunks(tdir)
         .iter()
@@ -250,16 +252,20 @@ fn riscv64_exit_trampoline_registers() {
     // Calls per kind (riscv64_exit.c): 2005 kind 0, 302 kind 1, 21 kind 2.
     let (k0, k1, k2) = (2005, 302, 21);
     for exe in [&st, &dy] {
-        for extra in [
-            &[][..],
-            &[("INSTRFN_BUFSIZE", "4096")][..],
-            &[("INSTRFN_MAX_DEPTH", "1")][..],
-            &[("INSTRFN_MIN_DURATION", "1s")][..],
+        // Chunks opened by an exit, over the 4 KiB chunk runs without and with `shift`.
+        let mut opened = 0;
+        for (extra, shift) in [
+            (&[][..], false),
+            (&[("INSTRFN_BUFSIZE", "4096")][..], false),
+            (&[("INSTRFN_BUFSIZE", "4096")][..], true),
+            (&[("INSTRFN_MAX_DEPTH", "1")][..], false),
+            (&[("INSTRFN_MIN_DURATION", "1s")][..], false),
         ] {
             let mut env = vec![("LD_LIBRARY_PATH", ld_path.as_str())];
             env.extend_from_slice(extra);
-            let context = format!("{} {extra:?}", exe.display());
-            let (out, tdir) = run_traced(exe, &["all"], Runtime::Static, &env, &dir, "trace");
+            let context = format!("{} {extra:?} shift {shift}", exe.display());
+            let args: &[&str] = if shift { &["all", "shift"] } else { &["all"] };
+            let (out, tdir) = run_traced(exe, args, Runtime::Static, &env, &dir, "trace");
             assert_eq!(
                 String::from_utf8_lossy(&out.stdout).trim(),
                 format!("ok {} {k0} {k1} {k2}", k0 + k1 + k2),
@@ -304,6 +310,9 @@ fn riscv64_exit_trampoline_registers() {
                 ("entry-no-exit", "instrfn_exit_noslot", k2),
             ];
             want.extend(inner);
+            if shift {
+                want.push(("entry", "main", 1));
+            }
             if !extra.iter().any(|(k, _)| *k == "INSTRFN_MIN_DURATION") {
                 want.push(("entry", "instrfn_exit_callee", k0));
                 want.push(("exit", "instrfn_exit_callee", k0));
@@ -314,10 +323,14 @@ fn riscv64_exit_trampoline_registers() {
                 .collect();
             assert_eq!(counts, want, "{context}");
             if extra.iter().any(|(k, _)| *k == "INSTRFN_BUFSIZE") {
-                let n = chunks_opened_by_an_exit(&tdir);
-                assert!(n >= 5, "{context}: {n} chunks opened by an exit");
+                opened += chunks_opened_by_an_exit(&tdir);
             }
         }
+        assert!(
+            opened >= 5,
+            "{}: {opened} chunks opened by an exit",
+            exe.display()
+        );
     }
 }
 

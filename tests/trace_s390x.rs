@@ -246,15 +246,13 @@ fn s390x_trace_exit_trampoline_keeps_registers() {
                 }
                 if label == "4 KiB chunks" {
                     // The driver's schedule puts an exit at the start of every chunk of its fast
-                    // section (15 of them): exits the trampoline had no room for.
+                    // section: exits the trampoline had no room for (15 chunks of 16-byte
+                    // events, 7 of compact ones, nearly all short there).
                     let starts = raw_chunks(&trace)
                         .iter()
                         .filter(|c| c.slot == 0 && c.seq > 0 && c.first_kind == 2)
                         .count();
-                    assert!(
-                        starts >= 15,
-                        "{context}: {starts} chunks start with an exit"
-                    );
+                    assert!(starts >= 5, "{context}: {starts} chunks start with an exit");
                 }
             }
         }
@@ -853,4 +851,18 @@ fn s390x_trace_take_back_survives_a_handler_that_fills_chunks() {
 #[test]
 fn s390x_trace_survives_a_traced_handler_at_every_instruction() {
     bpsweeps(S390X, &[Sweep::Mcount, Sweep::Cyg, Sweep::Fentry]);
+}
+
+/// Compact events on s390x (docs/trace-format.md, chunk version 2), big-endian: compact.c
+/// under qemu, as on aarch64 and riscv64 (tests/trace_aarch64.rs): every call once, balanced,
+/// named, the sleep as long as measured, both forms in the numbers the calls make. The TOD
+/// clock's 2^30 ticks (4096 a microsecond) are 262 ms, so the events after the 1 s sleep are
+/// long; qemu-s390x maps the library within the code base's reach or not, either way the dump
+/// must read.
+#[test]
+fn s390x_compact_events_take_the_long_form_where_they_must() {
+    const N: u64 = 1000;
+    let c = compact_under_qemu(S390X, N);
+    assert!(!c.little_endian, "{c:?}");
+    assert!(c.short >= 2 * N && c.long >= 2 * N + 2, "{c:?}");
 }
