@@ -655,9 +655,8 @@ fn aarch64_trace_survives_a_traced_handler_at_every_instruction() {
 /// balanced and named, the sleep's traced length the one the program measured, 6N + 6 events
 /// in the chunk. Under qemu the counter runs at 62.5 MHz, so its 2^30 ticks of time base reach
 /// are 17 s, more than the test sleeps, and qemu maps the library within the code base's reach:
-/// nearly every event is short here (6001 of 6006 when this was written; the long ones: the
-/// slow path's). The long form's code is the one entries without exit take (the pac-ret golden
-/// tests, every event long).
+/// every event is short here (all 6006 when this was written). The long form's code is the one
+/// entries without exit take (the pac-ret golden tests, every event long).
 #[test]
 fn aarch64_compact_events_take_the_long_form_where_they_must() {
     const N: u64 = 1000;
