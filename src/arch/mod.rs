@@ -63,8 +63,9 @@ macro_rules! guarded_entry {
     target_arch = "s390x"
 ))]
 /// Assembles an `asm/<arch>.s` with the layouts it shares with Rust passed as named `const`
-/// operands (`{TLS_GUARD}`, `{TBL_LEN}`, `{SLOT_COUNT}`, `{HASH_MUL}`, ...): every offset and
-/// constant is defined once, in `src/thread.rs` and `src/arcs.rs`. (rustc requires every operand
+/// operands (`{TLS_GUARD}`, `{TBL_LEN}`, `{SLOT_COUNT}`, `{HASH_MUL}`, trace mode's `{TLS_TRACE_POS}`,
+/// `{SH_SLOT}`, `{EV_SHORT_BYTES}`, ...): every offset and constant is defined once, in
+/// `src/thread.rs`, `src/arcs.rs` and `src/trace.rs`. (rustc requires every operand
 /// to be used, so each block names all of them at least in a header comment; braces in the
 /// files are placeholders, so they appear nowhere else.) An architecture may add operands of
 /// its own after a `;` (`NAME = const value, ...`). `"a.s" + "b.s"` assembles the files as one
@@ -88,6 +89,29 @@ macro_rules! trampoline_asm {
             SLOT_SIZE = const crate::arcs::SLOT_BYTES,
             SLOT_SHIFT = const crate::arcs::SLOT_BYTES.trailing_zeros(),
             HASH_MUL = const crate::arcs::HASH_MUL,
+            TLS_TRACE_POS = const core::mem::offset_of!(crate::thread::Tls, trace_pos),
+            TLS_TRACE_END = const core::mem::offset_of!(crate::thread::Tls, trace_end),
+            TLS_SHADOW_TOP = const core::mem::offset_of!(crate::thread::Tls, shadow_top),
+            TLS_SHADOW_END = const core::mem::offset_of!(crate::thread::Tls, shadow_end),
+            TLS_SHADOW_BASE = const core::mem::offset_of!(crate::thread::Tls, shadow_base),
+            TLS_UNWOUND = const core::mem::offset_of!(crate::thread::Tls, unwound),
+            TLS_DROPPED = const core::mem::offset_of!(crate::thread::Tls, dropped),
+            TLS_TRACE_TBASE = const core::mem::offset_of!(crate::thread::Tls, trace_tbase),
+            TLS_TRACE_CBASE = const core::mem::offset_of!(crate::thread::Tls, trace_cbase),
+            SH_RET = const crate::trace::layout::SH_RET,
+            SH_SLOT = const crate::trace::layout::SH_SLOT,
+            SH_FN = const crate::trace::layout::SH_FN,
+            SH_BYTES = const crate::trace::layout::SH_BYTES,
+            BLK_SHADOW = const crate::thread::BLOCK_SHADOW,
+            EV_BYTES = const crate::trace::layout::EV_BYTES,
+            EV_SHORT_BYTES = const crate::trace::layout::EV_SHORT_BYTES,
+            EV_TAG_ENTRY = const crate::trace::layout::EV_TAG_ENTRY,
+            EV_TAG_EXIT = const crate::trace::layout::EV_TAG_EXIT,
+            EV_TAG_LONG = const crate::trace::layout::EV_TAG_LONG,
+            EV_LONG_SHIFT = const crate::trace::layout::EV_LONG_SHIFT,
+            EV_TIME_BITS = const crate::trace::layout::EV_TIME_BITS,
+            EV_ENTRY = const crate::trace::layout::EV_ENTRY,
+            EV_EXIT = const crate::trace::layout::EV_EXIT,
             $($($name = const $value,)+)?
             $(options($opt))?
         );

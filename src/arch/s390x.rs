@@ -6,30 +6,7 @@
 //! entry `%r15 + 112`, for both kinds).
 
 trampoline_asm!("../../asm/s390x.s";
-    TLS_TRACE_POS = const core::mem::offset_of!(crate::thread::Tls, trace_pos),
-    TLS_TRACE_END = const core::mem::offset_of!(crate::thread::Tls, trace_end),
-    TLS_SHADOW_TOP = const core::mem::offset_of!(crate::thread::Tls, shadow_top),
-    TLS_SHADOW_END = const core::mem::offset_of!(crate::thread::Tls, shadow_end),
-    TLS_SHADOW_BASE = const core::mem::offset_of!(crate::thread::Tls, shadow_base),
-    TLS_UNWOUND = const core::mem::offset_of!(crate::thread::Tls, unwound),
-    TLS_DROPPED = const core::mem::offset_of!(crate::thread::Tls, dropped),
-    TLS_TRACE_TBASE = const core::mem::offset_of!(crate::thread::Tls, trace_tbase),
-    TLS_TRACE_CBASE = const core::mem::offset_of!(crate::thread::Tls, trace_cbase),
-    SH_RET = const crate::trace::layout::SH_RET,
-    SH_SLOT = const crate::trace::layout::SH_SLOT,
-    SH_FN = const crate::trace::layout::SH_FN,
-    SH_BYTES = const crate::trace::layout::SH_BYTES,
     SH_SPARE = const crate::trace::layout::SH_SPARE,
-    BLK_SHADOW = const crate::thread::BLOCK_SHADOW,
-    EV_BYTES = const crate::trace::layout::EV_BYTES,
-    EV_SHORT_BYTES = const crate::trace::layout::EV_SHORT_BYTES,
-    EV_TAG_ENTRY = const crate::trace::layout::EV_TAG_ENTRY,
-    EV_TAG_EXIT = const crate::trace::layout::EV_TAG_EXIT,
-    EV_TAG_LONG = const crate::trace::layout::EV_TAG_LONG,
-    EV_LONG_SHIFT = const crate::trace::layout::EV_LONG_SHIFT,
-    EV_TIME_BITS = const crate::trace::layout::EV_TIME_BITS,
-    EV_ENTRY = const crate::trace::layout::EV_ENTRY,
-    EV_EXIT = const crate::trace::layout::EV_EXIT,
     EV_NOEXIT = const crate::trace::layout::EV_NOEXIT,
 );
 

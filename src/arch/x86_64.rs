@@ -7,29 +7,6 @@
 // TIMESTAMP, TRACE_EVENT, SHADOW_RESERVE, SHADOW_RELEASE, SHADOW_POP) and this one
 // operand list.
 trampoline_asm!("../../asm/x86_64.s" + "../../asm/x86_64-xray.s", att_syntax;
-    TLS_TRACE_POS = const core::mem::offset_of!(crate::thread::Tls, trace_pos),
-    TLS_TRACE_END = const core::mem::offset_of!(crate::thread::Tls, trace_end),
-    TLS_SHADOW_TOP = const core::mem::offset_of!(crate::thread::Tls, shadow_top),
-    TLS_SHADOW_END = const core::mem::offset_of!(crate::thread::Tls, shadow_end),
-    TLS_SHADOW_BASE = const core::mem::offset_of!(crate::thread::Tls, shadow_base),
-    TLS_UNWOUND = const core::mem::offset_of!(crate::thread::Tls, unwound),
-    TLS_DROPPED = const core::mem::offset_of!(crate::thread::Tls, dropped),
-    TLS_TRACE_TBASE = const core::mem::offset_of!(crate::thread::Tls, trace_tbase),
-    TLS_TRACE_CBASE = const core::mem::offset_of!(crate::thread::Tls, trace_cbase),
-    SH_RET = const crate::trace::layout::SH_RET,
-    SH_SLOT = const crate::trace::layout::SH_SLOT,
-    SH_FN = const crate::trace::layout::SH_FN,
-    SH_BYTES = const crate::trace::layout::SH_BYTES,
-    BLK_SHADOW = const crate::thread::BLOCK_SHADOW,
-    EV_BYTES = const crate::trace::layout::EV_BYTES,
-    EV_SHORT_BYTES = const crate::trace::layout::EV_SHORT_BYTES,
-    EV_TAG_ENTRY = const crate::trace::layout::EV_TAG_ENTRY,
-    EV_TAG_EXIT = const crate::trace::layout::EV_TAG_EXIT,
-    EV_TAG_LONG = const crate::trace::layout::EV_TAG_LONG,
-    EV_LONG_SHIFT = const crate::trace::layout::EV_LONG_SHIFT,
-    EV_TIME_BITS = const crate::trace::layout::EV_TIME_BITS,
-    EV_ENTRY = const crate::trace::layout::EV_ENTRY,
-    EV_EXIT = const crate::trace::layout::EV_EXIT,
     EV_NOEXIT = const crate::trace::layout::EV_NOEXIT,
 );
 
