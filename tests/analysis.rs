@@ -279,7 +279,9 @@ fn check_chrome(doc: &Value) -> BTreeMap<String, u64> {
         s.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
         let mut open: Vec<(f64, f64, String)> = Vec::new();
         for x in s {
-            while open.last().is_some_and(|o| o.1 <= x.0) {
+            // (ts + dur in floating point may pass the next slice's ts by an ulp: siblings
+            // that touch are not nested.)
+            while open.last().is_some_and(|o| o.1 <= x.0 + 1e-6) {
                 open.pop();
             }
             if let Some(o) = open.last() {
