@@ -720,9 +720,15 @@ instrfn_x86_64_exit_pop:
     # words are zeroed and the position moved back over both with a cmpxchg that fails if a
     # handler reserved an event after ours; then the entry's words go back and our exit is
     # written in the place we reserved (before the handler's events, and stamped before them).
-    # (A long event's second word, a timestamp, cannot pass for a short entry of ours: its
-    # high half would be the entry's function - code base, at least 2^31 - the code's size,
-    # which the time stamp counter reaches after a century.) rdx = timestamp; rax, rdi free;
+    # (A long event's second word, a timestamp, passes for a short entry of ours only if its
+    # low bits are 01 and its high half equals our function - code base: the counter's high
+    # half grows by one every 2^32 ticks (1.7 s of this TSC; about 0.6 a second of uptime, so
+    # small), and a function that far below its chunk's code base would lie about 2 GiB below
+    # the function that set it. Not seen in any layout here; the format could rule it out by
+    # keeping a long event's second word free of tags — its timestamp's low bits moved into
+    # the first word's spare bits 5-6 — at two more instructions per long event. Checking the
+    # word at -16 for tag 3 instead leaves a quarter of the short calls after a long event
+    # in, and was not kept.) rdx = timestamp; rax, rdi free;
     # the red zone below the registers pushed holds r8 and the two words before our event
     # while the entry is taken back.
 3:  movq %fs:{TLS_TRACE_POS}(%rcx), %rax
