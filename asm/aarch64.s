@@ -38,8 +38,8 @@
 // and, aarch64's own use of the spare word, {SH_FP} the frame pointer the function will return
 // with (see instrfn_aarch64_exit); Tls {TLS_TRACE_TBASE} trace_tbase and {TLS_TRACE_CBASE} trace_cbase, the chunk's
 // bases; compact events (EVENT below): short ones of {EV_SHORT_BYTES} bytes with tag {EV_TAG_ENTRY} (entry) or
-// {EV_TAG_EXIT} (exit), long ones of {EV_BYTES} bytes, (value << {EV_LONG_SHIFT}) | (kind << 2) | {EV_TAG_LONG} then the
-// timestamp, kinds {EV_ENTRY} entry, {EV_EXIT} exit, {EV_NOEXIT} entry without exit; the call-site table of 1 << {SITE_BITS} words
+// {EV_TAG_EXIT} (exit), long ones of {EV_BYTES} bytes, (value << {EV_LONG_SHIFT}) | (t << {EV_TS_SHIFT}) | (kind << 2) | {EV_TAG_LONG}
+// then the timestamp with its low two bits t 0, kinds {EV_ENTRY} entry, {EV_EXIT} exit, {EV_NOEXIT} entry without exit; the call-site table of 1 << {SITE_BITS} words
 // (index from bits {SITE_SHIFT} and up as well as 2 and up), entries self_pc | {SITE_PLAIN} (return address may
 // be replaced) or self_pc | {SITE_ENTRY_ONLY} (entries only).
 //
@@ -168,7 +168,8 @@
 //   (kind {EV_ENTRY} or {EV_EXIT}) with fn - code base < 2^32 and ts - time base < 2^30,
 //   against the Tls copies of the chunk's bases, read after trace_pos and before the
 //   exclusive load (a handler that gives the thread a new chunk meanwhile moves trace_pos:
-//   again); else long (16 bytes: the timestamp, then fn << 8 | kind << 2 | 3, stored last).
+//   again); else long (16 bytes: the timestamp with its low two bits t 0, then fn << 8 |
+//   t << 5 | kind << 2 | 3, stored last).
 //   Reserved as TRACE_EVENT does (a compare-and-swap of trace_pos against the room just
 //   checked). word and ts are register numbers (x<word>, x<ts>): a short event's exclusive
 //   load and status go in x<ts> / w<ts>, its word being made (a failed reservation reads the
@@ -230,8 +231,10 @@
     b.ne    \again\()b
     stxr    w\word, \next, [\end]
     cbnz    w\word, \again\()b
-    str     x\ts, [\pos, #8]                // timestamp, then the word that marks it written
-    lsl     x\word, \fn, #{EV_LONG_SHIFT}
+    and     x\word, x\ts, #-4
+    str     x\word, [\pos, #8]              // the timestamp (its low bits go into the word),
+    lsl     x\word, \fn, #{EV_LONG_SHIFT}    // then the word that marks it written
+    bfi     x\word, x\ts, #{EV_TS_SHIFT}, #2
     .if \isreg
     add     x\word, x\word, \kind, lsl #2
     add     x\word, x\word, #{EV_TAG_LONG}
@@ -893,23 +896,31 @@ instrfn_aarch64_exit_ours:
     // chunk finds the header's zero words there) and the call was short, the entry's words
     // are zeroed and the position moved back over both with a compare-and-swap (ldxr/stxr, as
     // the reservation) that fails if a handler reserved an event after ours: then the entry's
-    // words go back and our exit is written where we reserved it. (A long event's timestamp
-    // cannot pass for a short entry of ours: see asm/x86_64.s.)
+    // words go back and our exit is written where we reserved it. (A word at -16 with tag 3
+    // is a long event's first word: no long event's second word has a tag.)
     // x17 = instrfn_min_ticks, x15 = timestamp, x14 = &trace_pos, x12 = the function, x9 =
     // the entry; x10, x11, x13 free.
     TRACE_EVENT 3, x16, x14, x10, x11, x13, w13, .Lexit_slow // x10 = our place
     lsl     x13, x12, #{EV_LONG_SHIFT}
     add     x13, x13, #(({EV_ENTRY} << 2) | {EV_TAG_LONG}) // our entry's first word, if long
     ldur    x11, [x10, #-{EV_BYTES}]
+    bfi     x11, xzr, #{EV_TS_SHIFT}, #2    // (its timestamp's low bits aside)
     cmp     x11, x13
     b.ne    6f
-    ldur    x11, [x10, #-8]
+    ldur    x11, [x10, #-{EV_BYTES}]
+    ubfx    x11, x11, #{EV_TS_SHIFT}, #2
+    ldur    x13, [x10, #-8]
+    orr     x11, x11, x13                   // the entry's timestamp
     sub     x11, x15, x11                   // the call's length in ticks
     cmp     x11, x17
     b.hs    7f                              // long enough: recorded
     sub     x11, x10, #{EV_BYTES}           // where the entry starts
     b       instrfn_aarch64_exit_take_back
-6:  ldr     x13, [x16, #{TLS_TRACE_CBASE}]
+6:  ldur    x13, [x10, #-{EV_BYTES}]
+    and     x13, x13, #3
+    cmp     x13, #{EV_TAG_LONG}
+    b.eq    7f                              // a long event there, not ours: no short one at -8
+    ldr     x13, [x16, #{TLS_TRACE_CBASE}]
     sub     x13, x12, x13
     lsl     x13, x13, #32
     add     x13, x13, #{EV_TAG_ENTRY}       // our entry's word if short, its time aside
@@ -930,8 +941,14 @@ instrfn_aarch64_exit_take_back:
     // x11 = the entry, x10 = our place. (A handler that gave the thread a new chunk since our
     // reservation made the Tls bases read above another chunk's: the compare-and-swap below
     // fails then, as the position moved, and everything goes back as it was.)
-    ldur    x13, [x10, #-8]                 // a short entry's word, or a long one's timestamp
-    str     xzr, [x11]                      // the entry is unwritten again, its first word
+    ldur    x13, [x10, #-8]                 // a short entry's word, or a long one's timestamp:
+    sub     x17, x10, x11                   // then with its low bits from the first word
+    cmp     x17, #{EV_BYTES}
+    b.ne    1f
+    ldur    x17, [x11]
+    ubfx    x17, x17, #{EV_TS_SHIFT}, #2
+    orr     x13, x13, x17
+1:  str     xzr, [x11]                      // the entry is unwritten again, its first word
     stur    xzr, [x10, #-8]                 // first (and a long one's timestamp: an event
                                             // written there next may be short)
     add     x10, x10, #{EV_BYTES}           // the position just past our place
@@ -948,15 +965,21 @@ instrfn_aarch64_exit_take_back:
     b       .Lexit_pop
 5:  clrex                                   // a handler came in between: the entry stays
     sub     x10, x10, #{EV_BYTES}           // our place again
-    stur    x13, [x10, #-8]                 // its words back, the one that marks it last
-    sub     x17, x10, x11
+    sub     x17, x10, x11                   // its words back, the one that marks it last
     cmp     x17, #{EV_BYTES}
-    b.ne    7f
+    b.eq    3f
+    stur    x13, [x10, #-8]                 // a short one's
+    b       7f
+3:  and     x17, x13, #-4                   // a long one's: timestamp, then first word
+    stur    x17, [x10, #-8]
     lsl     x17, x12, #{EV_LONG_SHIFT}
+    bfi     x17, x13, #{EV_TS_SHIFT}, #2
     add     x17, x17, #(({EV_ENTRY} << 2) | {EV_TAG_LONG})
     stur    x17, [x10, #-{EV_BYTES}]
-7:  str     x15, [x10, #8]                  // our exit: timestamp, then the word that marks it
+7:  and     x17, x15, #-4                   // our exit: timestamp, then the word that marks it
+    str     x17, [x10, #8]
     lsl     x17, x12, #{EV_LONG_SHIFT}
+    bfi     x17, x15, #{EV_TS_SHIFT}, #2
     add     x17, x17, #(({EV_EXIT} << 2) | {EV_TAG_LONG})
     str     x17, [x10]
     b       .Lexit_pop

@@ -55,8 +55,8 @@
 # {TLS_SHADOW_TOP} shadow_top, {TLS_SHADOW_END} shadow_end, {TLS_SHADOW_BASE} shadow_base, {TLS_UNWOUND} unwound, {TLS_DROPPED} dropped; shadow entries of {SH_BYTES} bytes,
 # the original return address at {SH_RET}, its slot at {SH_SLOT}, the function at {SH_FN}; Tls {TLS_TRACE_TBASE} trace_tbase and
 # {TLS_TRACE_CBASE} trace_cbase, the chunk's bases; compact events (TRACE_EVENT below): short ones of {EV_SHORT_BYTES} bytes, tag
-# {EV_TAG_ENTRY} entry or {EV_TAG_EXIT} exit, long ones of {EV_BYTES}, (value << {EV_LONG_SHIFT}) | (kind << 2) | {EV_TAG_LONG} then the
-# timestamp, kinds {EV_ENTRY} entry and {EV_EXIT} exit). The exit trampoline
+# {EV_TAG_ENTRY} entry or {EV_TAG_EXIT} exit, long ones of {EV_BYTES}, (value << {EV_LONG_SHIFT}) | (t << {EV_TS_SHIFT}) | (kind << 2) | {EV_TAG_LONG}
+# then the timestamp with its low two bits t 0, kinds {EV_ENTRY} entry and {EV_EXIT} exit). The exit trampoline
 # must tell, from sp at a return, which frame returns, and the fast path must know where the
 # function saved ra. Neither a0 nor s0 says that in gcc -O2 code (no frame pointer), so the
 # slow path decodes, once per call site, the instructions from the function's entry to the
@@ -209,8 +209,8 @@ instrfn_riscv64_sites:
 #   (docs/trace-format.md, chunk version 2; asm/x86_64.s TRACE_EVENT is the reference): short
 #   (8 bytes: (value - code base) << 32 | (ts - time base) << 2 | kind) if value - code base
 #   < 2^32 and ts - time base < 2^30, against the Tls copies of the chunk's bases, read after
-#   the position and before the lr.d; else long (16 bytes: the timestamp, then value << 8 |
-#   kind << 2 | 3, which marks it written). The event is reserved with a compare-and-swap of
+#   the position and before the lr.d; else long (16 bytes: the timestamp with its low two
+#   bits t 0, then value << 8 | t << 5 | kind << 2 | 3, which marks it written). The event is reserved with a compare-and-swap of
 #   the position against the room just checked (lr.d/sc.d: the position loaded again must be
 #   the one checked, else a signal handler moved it, or gave the thread another chunk with
 #   other bases, and all is made again; a handler that runs between lr.d and sc.d makes sc.d
@@ -261,8 +261,12 @@ instrfn_riscv64_sites:
     bne t3, t1, 1b                         # moved since the check: check again
     sc.d t3, t1, (t2)
     bnez t3, 1b                            # reservation lost (a trap came between): again
-    sd \ts, 8-{EV_BYTES}(t1)               # timestamp, then the word that marks it written
+    andi t3, \ts, -4
+    sd t3, 8-{EV_BYTES}(t1)                # the timestamp (its low bits go into the word),
+    andi \ts, \ts, 3                       # then the word that marks it written
+    slli \ts, \ts, {EV_TS_SHIFT}
     slli t3, \value, {EV_LONG_SHIFT}
+    or t3, t3, \ts
     ori t3, t3, (\kind << 2) | {EV_TAG_LONG}
     sd t3, -{EV_BYTES}(t1)
 9:
@@ -939,7 +943,7 @@ instrfn_riscv64_exit_ours:
     # after ours: then the tag goes back and our exit is written where we reserved it. The
     # count is added with one amoadd.d.
     # t1 = instrfn_min_ticks, t0 = &Tls, t4 = the entry, t5 = the function; t2, t3, t6 free,
-    # and a2, as dead after a return as the t registers.
+    # and a2-a5, as dead after a return as the t registers.
     mv a2, t1                              # a2 = instrfn_min_ticks
     rdtime t6                              # the timestamp
     addi t2, t0, {TLS_TRACE_POS}           # t2 = &trace_pos
@@ -952,19 +956,26 @@ instrfn_riscv64_exit_ours:
     bne t3, t1, 3b                         # moved since the check: check again
     sc.d t3, t1, (t2)
     bnez t3, 3b                            # reservation lost (a trap came between): again
-    # Our entry before our place: a long one at -16, or a short one at -8 (asm/x86_64.s: a
-    # long event's timestamp cannot pass for a short entry of ours); the first event of a
-    # chunk finds the header's zero words there.
+    # Our entry before our place: a long one at -16, or a short one at -8 (a word at -16 with
+    # tag 3 is a long event's first word: no long event's second word has a tag); the first
+    # event of a chunk finds the header's zero words there.
     slli t3, t5, {EV_LONG_SHIFT}
     ori t3, t3, ({EV_ENTRY} << 2) | {EV_TAG_LONG} # our entry's first word, if long
-    ld t2, -2*{EV_BYTES}(t1)
+    ld a5, -2*{EV_BYTES}(t1)               # (a5: kept for a restore)
+    andi t2, a5, ~(3 << {EV_TS_SHIFT})     # (its timestamp's low bits aside)
     bne t2, t3, 6f
-    ld t2, 8-2*{EV_BYTES}(t1)              # its timestamp
+    srli t2, a5, {EV_TS_SHIFT}
+    andi t2, t2, 3
+    ld t3, 8-2*{EV_BYTES}(t1)
+    or t2, t2, t3                          # its timestamp
     sub t2, t6, t2                         # the call's length in ticks
     bgeu t2, a2, 4f                        # long enough: recorded
     addi a3, t1, -2*{EV_BYTES}             # a3 = where the entry begins
     j instrfn_riscv64_exit_take_back
-6:  ld t3, {TLS_TRACE_CBASE}(t0)
+6:  andi t3, a5, 3
+    li t2, {EV_TAG_LONG}
+    beq t3, t2, 4f                         # a long event there, not ours: no short one at -8
+    ld t3, {TLS_TRACE_CBASE}(t0)
     sub t3, t5, t3
     slli t3, t3, 32
     ori t3, t3, {EV_TAG_ENTRY}             # our entry's word if short, its time aside
@@ -1003,13 +1014,15 @@ instrfn_riscv64_exit_take_back:
 2:  sd a4, 8-2*{EV_BYTES}(t1)              # a handler came in between: the entry stays (its
     addi t3, t1, -2*{EV_BYTES}             # words back, the one that marks it last)
     bne t3, a3, 4f
+    sd a5, -2*{EV_BYTES}(t1)               # (a long one's first word, as it was)
+4:  andi t3, t6, -4                        # our exit: timestamp, then the word that marks it
+    sd t3, 8-{EV_BYTES}(t1)
+    andi t6, t6, 3
+    slli t6, t6, {EV_TS_SHIFT}
     slli t3, t5, {EV_LONG_SHIFT}
-    ori t3, t3, ({EV_ENTRY} << 2) | {EV_TAG_LONG}
-    sd t3, -2*{EV_BYTES}(t1)
-4:  sd t6, 8-{EV_BYTES}(t1)                # our exit: timestamp, then the word that marks it
-    slli t6, t5, {EV_LONG_SHIFT}
-    ori t6, t6, ({EV_EXIT} << 2) | {EV_TAG_LONG}
-    sd t6, -{EV_BYTES}(t1)
+    or t3, t3, t6
+    ori t3, t3, ({EV_EXIT} << 2) | {EV_TAG_LONG}
+    sd t3, -{EV_BYTES}(t1)
     j .Lexit_pop
 .Lexit_slow:
     .cfi_undefined ra                      # (reached before the entry is known, and after)

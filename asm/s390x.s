@@ -95,7 +95,7 @@
     # bytes: original return address at {SH_RET}, slot at {SH_SLOT}, function at {SH_FN}, a spare word at {SH_SPARE}; Tls
     # {TLS_TRACE_TBASE} trace_tbase and {TLS_TRACE_CBASE} trace_cbase, the chunk's bases; compact events (S390_EVENT): short
     # ones of {EV_SHORT_BYTES} bytes, tag {EV_TAG_ENTRY} entry or {EV_TAG_EXIT} exit, long ones of {EV_BYTES}, (address << {EV_LONG_SHIFT}) |
-    # (kind << 2) | {EV_TAG_LONG} then the timestamp, kinds {EV_ENTRY} entry, {EV_EXIT} exit and {EV_NOEXIT} entry without exit.
+    # (t << {EV_TS_SHIFT}) | (kind << 2) | {EV_TAG_LONG} then the timestamp with its low two bits t 0, kinds {EV_ENTRY} entry, {EV_EXIT} exit and {EV_NOEXIT} entry without exit.
 
     .data
     # Vector facility, found by the first slow path: 0 = not yet known, 1 = absent, 2 = present
@@ -148,8 +148,8 @@ instrfn_s390x_vx:
 #   (time - time base) << 2 | kind) if r1 - code base < 2^32 and time - time base < 2^30,
 #   against the Tls copies of the chunk's bases, read after the position and before the csg
 #   that claims the event (a handler that gives the thread a new chunk moves the position:
-#   the csg fails, and all is made again); else long (16 bytes: the timestamp, then r1 << 8 |
-#   kind << 2 | 3, stored last). The event is reserved with a csg of the position against
+#   the csg fails, and all is made again); else long (16 bytes: the timestamp with its low two
+#   bits t 0, then r1 << 8 | t << 5 | kind << 2 | 3, stored last). The event is reserved with a csg of the position against
 #   the room just checked, as before. In: r1 = the function, r2 = &Tls, the timestamp at
 #   \tsat (stckf stores to memory only), \hiat 8 bytes of scratch memory that no handler
 #   touches (what the two fast paths have is said where they call this); \kind {EV_ENTRY} or
@@ -184,8 +184,14 @@ instrfn_s390x_vx:
     jh \nochunk                            # past the chunk's end (or no chunk): slow path
     csg %r3,%r5,{TLS_TRACE_POS}(%r2)
     jne 3b                                  # r3 = our event
-    mvc 8(8,%r3),\tsat                     # the timestamp, then the word that marks it written
-    sllg %r5,%r1,{EV_LONG_SHIFT}            # (stores are seen in program order)
+    lg %r5,\tsat
+    nill %r5,0xfffc
+    stg %r5,8(%r3)                          # the timestamp (its low bits go into the word),
+    lg %r5,\tsat                           # then the word that marks it written (stores
+    risbg %r5,%r5,63-{EV_TS_SHIFT}-1,128+63-{EV_TS_SHIFT},{EV_TS_SHIFT} # are seen in program order)
+    stg %r5,\hiat
+    sllg %r5,%r1,{EV_LONG_SHIFT}
+    og %r5,\hiat
     oill %r5,(\kind << 2) | {EV_TAG_LONG}
     stg %r5,0(%r3)
 9:
@@ -428,8 +434,13 @@ instrfn_s390x_\name\()_hijacked:
     jh 5f
     csg %r3,%r5,{TLS_TRACE_POS}(%r2)
     jne 4b
-    stckf 8(%r3)                            # the timestamp, then the word that marks it written
+    stckf 8(%r3)                            # the timestamp, its low bits moved into the word,
+    llgc %r4,15(%r3)                        # then the word that marks it written
+    nill %r4,3
+    sllg %r4,%r4,{EV_TS_SHIFT}
+    ni 15(%r3),0xfc
     sllg %r5,%r1,{EV_LONG_SHIFT}
+    ogr %r5,%r4
     oill %r5,({EV_NOEXIT} << 2) | {EV_TAG_LONG}
     stg %r5,0(%r3)
     lmg %r2,%r5,16(%r15)
@@ -809,9 +820,15 @@ instrfn_s390x_exit_ours:
     jh .Lexit_slow
     csg %r1,%r0,{TLS_TRACE_POS}(%r14)
     jne 1b                                  # r1 = our event
-    mvc 8(8,%r1),48(%r15)                   # the timestamp, then the word that marks it written
+    lg %r0,48(%r15)                         # the timestamp (its low bits go into the word),
+    nill %r0,0xfffc                         # then the word that marks it written
+    stg %r0,8(%r1)
+    lg %r0,48(%r15)
+    risbg %r0,%r0,63-{EV_TS_SHIFT}-1,128+63-{EV_TS_SHIFT},{EV_TS_SHIFT} # (its low bits, in place)
+    stg %r0,56(%r15)
     lg %r0,{SH_FN}(%r4)
     sllg %r0,%r0,{EV_LONG_SHIFT}
+    og %r0,56(%r15)
     oill %r0,({EV_EXIT} << 2) | {EV_TAG_LONG}
     stg %r0,0(%r1)
 .Lexit_pop:
@@ -844,21 +861,31 @@ instrfn_s390x_exit_ours:
     jh .Lexit_slow                          # no room (or no chunk): all goes slow
     csg %r1,%r0,{TLS_TRACE_POS}(%r14)
     jne 3b                                  # r1 = our place (a long exit's)
-    # Our entry before our place: a long one at -16, or a short one at -8 (asm/x86_64.s: a
-    # long event's timestamp cannot pass for a short entry of ours); the first event of a
-    # chunk finds the header's zero words there.
+    # Our entry before our place: a long one at -16, or a short one at -8 (a word at -16 with
+    # tag 3 is a long event's first word: no long event's second word has a tag); the first
+    # event of a chunk finds the header's zero words there.
     lg %r0,{SH_FN}(%r4)
     sllg %r0,%r0,{EV_LONG_SHIFT}
     oill %r0,({EV_ENTRY} << 2) | {EV_TAG_LONG} # our entry's first word, if long
-    cg %r0,-{EV_BYTES}(%r1)
-    jne 6f
-    lg %r0,48(%r15)
-    sg %r0,8-{EV_BYTES}(%r1)                # the call's length in ticks
+    xg %r0,-{EV_BYTES}(%r1)
+    nill %r0,0xffff - (3 << {EV_TS_SHIFT})  # (its timestamp's low bits aside)
+    ltgr %r0,%r0
+    jnz 6f
+    llgc %r0,-{EV_BYTES}+7(%r1)             # (the first word's low byte: big-endian)
+    srlg %r0,%r0,{EV_TS_SHIFT}
+    nill %r0,3
+    og %r0,8-{EV_BYTES}(%r1)                # the entry's timestamp
+    sg %r0,48(%r15)
+    lcgr %r0,%r0                            # the call's length in ticks
     clg %r0,0(%r5)
     jnl 4f                                  # long enough: recorded
     lay %r5,-{EV_BYTES}(%r1)                # r5 = where the entry begins
     j instrfn_s390x_exit_take_back
-6:  lg %r0,{SH_FN}(%r4)
+6:  llgc %r0,-{EV_BYTES}+7(%r1)             # tag 3 at -16: a long event there, not ours, and
+    nill %r0,3                              # no short one at -8
+    cghi %r0,{EV_TAG_LONG}
+    je 4f
+    lg %r0,{SH_FN}(%r4)
     sg %r0,{TLS_TRACE_CBASE}(%r14)
     sllg %r0,%r0,32
     oill %r0,{EV_TAG_ENTRY}                 # our entry's word if short, its time aside
@@ -878,13 +905,15 @@ instrfn_s390x_exit_ours:
     .globl instrfn_s390x_exit_take_back
     .hidden instrfn_s390x_exit_take_back
 instrfn_s390x_exit_take_back:
-    # r5 = the entry, r1 = our place; r8's and r7's slots of the save area (dead, as r6's)
-    # keep our place and the word before it. (A handler that gave the thread a new chunk since
+    # r5 = the entry, r1 = our place; r8's, r7's and r9's slots of the save area (dead, as
+    # r6's) keep our place and the two words before it. (A handler that gave the thread a new chunk since
     # our reservation made the Tls bases read above another chunk's: the csg below fails then,
     # as the position moved, and all goes back as it was.)
     stg %r1,64(%r15)
     lg %r0,-8(%r1)                          # a short entry's word, or a long one's timestamp
     stg %r0,56(%r15)
+    lg %r0,-{EV_BYTES}(%r1)                 # (and r9's slot the word before it)
+    stg %r0,72(%r15)
     mvghi 0(%r5),0                          # the entry is unwritten again, its first word
     lghi %r0,0                              # first (and a long one's timestamp: an event
     stg %r0,-8(%r1)                         # written there next may be short)
@@ -900,13 +929,17 @@ instrfn_s390x_exit_take_back:
     sgr %r0,%r5
     cghi %r0,{EV_BYTES}
     jne 4f
-    lg %r0,{SH_FN}(%r4)
-    sllg %r0,%r0,{EV_LONG_SHIFT}
-    oill %r0,({EV_ENTRY} << 2) | {EV_TAG_LONG}
+    lg %r0,72(%r15)                         # (a long one's first word, as it was)
     stg %r0,-{EV_BYTES}(%r1)
-4:  mvc 8(8,%r1),48(%r15)                   # our exit: timestamp, then the word that marks it
+4:  lg %r0,48(%r15)                         # our exit: timestamp, then the word that marks it
+    nill %r0,0xfffc
+    stg %r0,8(%r1)
+    lg %r0,48(%r15)
+    risbg %r0,%r0,63-{EV_TS_SHIFT}-1,128+63-{EV_TS_SHIFT},{EV_TS_SHIFT} # (its low bits, in place)
+    stg %r0,56(%r15)
     lg %r0,{SH_FN}(%r4)
     sllg %r0,%r0,{EV_LONG_SHIFT}
+    og %r0,56(%r15)
     oill %r0,({EV_EXIT} << 2) | {EV_TAG_LONG}
     stg %r0,0(%r1)
     j .Lexit_pop

@@ -162,8 +162,9 @@ instrfn_x86_64_xsave_size:
 #   `again`b with rdx = a timestamp to reserve anew); the macro's own labels are 7, 8 and 9.
 #   The form is chosen against the Tls copies of the chunk's bases: short (8 bytes,
 #   `(fn - code base) << 32 | (time - time base) << 2 | tag`) if fn - code base < 2^32 and
-#   time - time base < 2^30, else long (16 bytes: `fn << 8 | kind << 2 | 3`, then the
-#   timestamp). The event is reserved with a cmpxchg of the chunk position against the room
+#   time - time base < 2^30, else long (16 bytes: `fn << 8 | t << 5 | kind << 2 | 3`, t the
+#   timestamp's low two bits, then the timestamp with them 0: no long event's second word has
+#   a tag). The event is reserved with a cmpxchg of the chunk position against the room
 #   checked just before: rax = trace_pos, next = rax + size, next <= trace_end, then
 #   trace_pos = next if it still is rax. A handler that moved it meanwhile (events of its
 #   own, or a new chunk, whose bases may differ) makes the cmpxchg fail: again (a short
@@ -211,19 +212,24 @@ instrfn_x86_64_xsave_size:
     ja \full                                # past the chunk's end (or no chunk)
     cmpxchgq \next, %fs:{TLS_TRACE_POS}(%rcx) # claimed, unless a handler moved it: again
     jne \again\()b
-    movq %rdx, 8(%rax)                      # timestamp, then the word that marks it written
-    movq \fn, %rdx
-    shlq ${EV_LONG_SHIFT}, %rdx
+    movq %rdx, \next                        # the timestamp (its low bits go into the word),
+    andq $-4, \next
+    movq \next, 8(%rax)                     # then the word that marks it written
+    andl $3, %edx
+    shll ${EV_TS_SHIFT}, %edx
+    movq \fn, \next
+    shlq ${EV_LONG_SHIFT}, \next
+    orq %rdx, \next
     .ifc \kind,entry
-    orq $(({EV_ENTRY} << 2) | {EV_TAG_LONG}), %rdx
+    orq $(({EV_ENTRY} << 2) | {EV_TAG_LONG}), \next
     .endif
     .ifc \kind,exit
-    orq $(({EV_EXIT} << 2) | {EV_TAG_LONG}), %rdx
+    orq $(({EV_EXIT} << 2) | {EV_TAG_LONG}), \next
     .endif
     .ifc \kind,noexit
-    orq $(({EV_NOEXIT} << 2) | {EV_TAG_LONG}), %rdx
+    orq $(({EV_NOEXIT} << 2) | {EV_TAG_LONG}), \next
     .endif
-    movq %rdx, (%rax)
+    movq \next, (%rax)
 9:
     .endm
 
@@ -720,15 +726,9 @@ instrfn_x86_64_exit_pop:
     # words are zeroed and the position moved back over both with a cmpxchg that fails if a
     # handler reserved an event after ours; then the entry's words go back and our exit is
     # written in the place we reserved (before the handler's events, and stamped before them).
-    # (A long event's second word, a timestamp, passes for a short entry of ours only if its
-    # low bits are 01 and its high half equals our function - code base: the counter's high
-    # half grows by one every 2^32 ticks (1.7 s of this TSC; about 0.6 a second of uptime, so
-    # small), and a function that far below its chunk's code base would lie about 2 GiB below
-    # the function that set it. Not seen in any layout here; the format could rule it out by
-    # keeping a long event's second word free of tags — its timestamp's low bits moved into
-    # the first word's spare bits 5-6 — at two more instructions per long event. Checking the
-    # word at -16 for tag 3 instead leaves a quarter of the short calls after a long event
-    # in, and was not kept.) rdx = timestamp; rax, rdi free;
+    # (No long event's second word has a tag, so a word at -16 with tag 3 is a long event's
+    # first word: then the event before ours is that one, else the short one at -8.)
+    # rdx = timestamp; rax, rdi free;
     # the red zone below the registers pushed holds r8 and the two words before our event
     # while the entry is taken back.
 3:  movq %fs:{TLS_TRACE_POS}(%rcx), %rax
@@ -740,15 +740,24 @@ instrfn_x86_64_exit_pop:
     movq {SH_FN}(%rsi), %rdi
     shlq ${EV_LONG_SHIFT}, %rdi
     orq $(({EV_ENTRY} << 2) | {EV_TAG_LONG}), %rdi # our entry's first word, if long
-    cmpq %rdi, -16(%rax)
-    jne 6f
-    movq %rdx, %rdi
-    subq -8(%rax), %rdi                     # the call's length in ticks
+    xorq -16(%rax), %rdi
+    andq $~(3 << {EV_TS_SHIFT}), %rdi       # (its timestamp's low bits aside)
+    jnz 6f
+    movq -16(%rax), %rdi
+    shrq ${EV_TS_SHIFT}, %rdi
+    andl $3, %edi
+    orq -8(%rax), %rdi                      # the entry's timestamp
+    negq %rdi
+    addq %rdx, %rdi                         # the call's length in ticks
     cmpq instrfn_min_ticks(%rip), %rdi
     jae 4f                                  # long enough: recorded
     leaq -{EV_BYTES}(%rax), %rdi            # where the entry starts
     jmp instrfn_x86_64_exit_take_back
-6:  movq {SH_FN}(%rsi), %rdi
+6:  movq -16(%rax), %rdi
+    notq %rdi
+    testb $3, %dil
+    jz 4f                                   # a long event there, not ours: no short one at -8
+    movq {SH_FN}(%rsi), %rdi
     subq %fs:{TLS_TRACE_CBASE}(%rcx), %rdi
     shlq $32, %rdi
     orq ${EV_TAG_ENTRY}, %rdi               # our entry's word if short, its time aside
@@ -792,9 +801,14 @@ instrfn_x86_64_exit_take_back:
     movq %rax, -16(%r8)
     movq %r8, %rax
     movq -24(%rsp), %r8
-4:  movq %rdx, 8(%rax)                      # our exit: timestamp, then the word that marks it
+4:  movq %rdx, %rdi                        # our exit: timestamp, then the word that marks it
+    andq $-4, %rdi
+    movq %rdi, 8(%rax)
+    andl $3, %edx
+    shll ${EV_TS_SHIFT}, %edx
     movq {SH_FN}(%rsi), %rdi
     shlq ${EV_LONG_SHIFT}, %rdi
+    orq %rdx, %rdi
     orq $(({EV_EXIT} << 2) | {EV_TAG_LONG}), %rdi
     movq %rdi, (%rax)
     jmp .Lexit_pop

@@ -54,13 +54,16 @@ pub mod layout {
     /// form. A short event is that one word, `(function - code base) << 32 | (time - time
     /// base) << 2 | tag`, for an entry (tag 1) or an exit (tag 2) whose function lies within
     /// 4 GiB above the chunk's code base and whose time within 2^30 ticks after its time base;
-    /// any other event is long: `value << 8 | kind << 2 | 3`, then the timestamp.
+    /// any other event is long: `value << 8 | t << 5 | kind << 2 | 3`, where t is the
+    /// timestamp's low two bits, then the timestamp with those bits 0 (so no second word of a
+    /// long event has a tag: a word with tag 3 always starts a long event).
     pub const EV_BYTES: usize = 16;
     pub const EV_SHORT_BYTES: usize = 8;
     pub const EV_TAG_ENTRY: usize = 1;
     pub const EV_TAG_EXIT: usize = 2;
     pub const EV_TAG_LONG: usize = 3;
     pub const EV_LONG_SHIFT: usize = 8;
+    pub const EV_TS_SHIFT: usize = 5;
     pub const EV_TIME_BITS: usize = 30;
     /// A chunk's code base lies this far below the function of the event that made the thread
     /// take it: short events reach 2 GiB on either side.
@@ -1271,9 +1274,10 @@ unsafe fn store_event(at: usize, ts: u64, kind: usize, value: usize) {
     // SAFETY: per the contract.
     unsafe {
         // The long form (`short_word` makes the short one): the timestamp, then the word.
-        ((at + 8) as *mut u64).write_volatile(ts);
+        ((at + 8) as *mut u64).write_volatile(ts & !3);
+        let low = (ts & 3) << EV_TS_SHIFT;
         (at as *mut u64)
-            .write_volatile(((value << EV_LONG_SHIFT) | (kind << 2) | EV_TAG_LONG) as u64);
+            .write_volatile(((value << EV_LONG_SHIFT) | (kind << 2) | EV_TAG_LONG) as u64 | low);
     }
 }
 

@@ -831,7 +831,9 @@ impl Iterator for Events<'_> {
             let (ts, kind, value) = if chunk.version == 1 {
                 (w0, w1 & 15, w1 >> 4)
             } else if w0 & 3 == 3 {
-                (w1, (w0 >> 2) & 63, w0 >> 8)
+                // (Bit 7 is 0 in a long event: set, the kind reads as unknown.)
+                let kind = ((w0 >> 2) & 7) | ((w0 >> 7) & 1) << 3;
+                ((w1 & !3) | ((w0 >> 5) & 3), kind, w0 >> 8)
             } else {
                 (
                     chunk.tbase.wrapping_add((w0 >> 2) & TIME_MASK),

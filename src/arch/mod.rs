@@ -109,6 +109,7 @@ macro_rules! trampoline_asm {
             EV_TAG_EXIT = const crate::trace::layout::EV_TAG_EXIT,
             EV_TAG_LONG = const crate::trace::layout::EV_TAG_LONG,
             EV_LONG_SHIFT = const crate::trace::layout::EV_LONG_SHIFT,
+            EV_TS_SHIFT = const crate::trace::layout::EV_TS_SHIFT,
             EV_TIME_BITS = const crate::trace::layout::EV_TIME_BITS,
             EV_ENTRY = const crate::trace::layout::EV_ENTRY,
             EV_EXIT = const crate::trace::layout::EV_EXIT,
