@@ -197,6 +197,24 @@ instrfn_s390x_vx:
 9:
     .endm
 
+# LONG_EXIT: writes the exit trampoline's long exit event at r1 (reserved): the timestamp at
+#   48(%r15) with its low bits 0, then the word that marks it written, of the function of the
+#   shadow entry at r4, made with 56(%r15) (r6's and r7's slots of the returning function's
+#   save area: dead after its return). Clobbers r0.
+    .macro LONG_EXIT
+    lg %r0,48(%r15)
+    nill %r0,0xfffc
+    stg %r0,8(%r1)
+    lg %r0,48(%r15)
+    risbg %r0,%r0,63-{EV_TS_SHIFT}-1,128+63-{EV_TS_SHIFT},{EV_TS_SHIFT} # (its low bits, in place)
+    stg %r0,56(%r15)
+    lg %r0,{SH_FN}(%r4)
+    sllg %r0,%r0,{EV_LONG_SHIFT}
+    og %r0,56(%r15)
+    oill %r0,({EV_EXIT} << 2) | {EV_TAG_LONG}
+    stg %r0,0(%r1)
+    .endm
+
 # FAST_PATH name, self, fromop, fromsrc, retcol, ret, trace
 #   Entry: \self = self_pc, `\fromop %r3,\fromsrc` loads from_pc; \retcol is the register
 #   holding the return address (for CFI) and \ret the register returned through: %r1 (a copy
@@ -820,17 +838,7 @@ instrfn_s390x_exit_ours:
     jh .Lexit_slow
     csg %r1,%r0,{TLS_TRACE_POS}(%r14)
     jne 1b                                  # r1 = our event
-    lg %r0,48(%r15)                         # the timestamp (its low bits go into the word),
-    nill %r0,0xfffc                         # then the word that marks it written
-    stg %r0,8(%r1)
-    lg %r0,48(%r15)
-    risbg %r0,%r0,63-{EV_TS_SHIFT}-1,128+63-{EV_TS_SHIFT},{EV_TS_SHIFT} # (its low bits, in place)
-    stg %r0,56(%r15)
-    lg %r0,{SH_FN}(%r4)
-    sllg %r0,%r0,{EV_LONG_SHIFT}
-    og %r0,56(%r15)
-    oill %r0,({EV_EXIT} << 2) | {EV_TAG_LONG}
-    stg %r0,0(%r1)
+    LONG_EXIT
 .Lexit_pop:
     # Popped after the event: until here a handler that interrupts us finds the entry intact
     # (it pushes and pops above it).
@@ -931,17 +939,7 @@ instrfn_s390x_exit_take_back:
     jne 4f
     lg %r0,72(%r15)                         # (a long one's first word, as it was)
     stg %r0,-{EV_BYTES}(%r1)
-4:  lg %r0,48(%r15)                         # our exit: timestamp, then the word that marks it
-    nill %r0,0xfffc
-    stg %r0,8(%r1)
-    lg %r0,48(%r15)
-    risbg %r0,%r0,63-{EV_TS_SHIFT}-1,128+63-{EV_TS_SHIFT},{EV_TS_SHIFT} # (its low bits, in place)
-    stg %r0,56(%r15)
-    lg %r0,{SH_FN}(%r4)
-    sllg %r0,%r0,{EV_LONG_SHIFT}
-    og %r0,56(%r15)
-    oill %r0,({EV_EXIT} << 2) | {EV_TAG_LONG}
-    stg %r0,0(%r1)
+4:  LONG_EXIT                               # our exit
     j .Lexit_pop
 .Lexit_slow:
     .cfi_undefined %r14                     # (paths with and without the entry known come
