@@ -72,6 +72,11 @@ def main():
             _, status, ru = os.wait4(proc.pid, 0)
             if status != 0:
                 die(f"{path} with {env}: exit status {status}")
+            # A library the loader refused, or one that is not instrfn, traces nothing: its
+            # figures would be the untraced program's.
+            if "LD_PRELOAD" in env and not any(
+                    n.endswith(".meta") for n in (os.listdir(trace) if os.path.isdir(trace) else [])):
+                die(f"{env['LD_PRELOAD']}: the run wrote no trace (not an instrfn library?)")
             return time.perf_counter() - t, ru.ru_utime + ru.ru_stime
 
         rows = [("floor", exe["floor"], {})] + [
