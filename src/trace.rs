@@ -1043,7 +1043,8 @@ pub(crate) fn commit(base: usize) -> bool {
 /// same.
 pub(crate) fn all_written(base: usize, end: usize) -> bool {
     // No word is 0 then: a short event is one word with a tag, a long one's first word has its
-    // tag and its second is a timestamp (never 0); an unwritten event's first word is 0, and so
+    // tag and its second is a timestamp with its low two bits 0 (never 0: counters are far past
+    // 3); an unwritten event's first word is 0, and so
     // is whichever word of a long one another core does not see stored yet. So the whole range
     // is scanned, a word at a time, without decoding.
     (base + CHUNK_HEADER..end).step_by(8).all(|at| {
