@@ -216,7 +216,8 @@
 #   popping; with recording off, such exits (and any exit without its entry on top) return at
 #   once.
 #   Red zone: -8 the Rust function at the slow handover, -16 rcx,
-#   -24 rdx, -32 rsi, -40 rdi, -48 rax, -56 the frame (via call).
+#   -24 rdx, -32 rsi, -40 rdi, -48 rax, -56 the frame (via call), -64 .. -88 r8-r11 while a
+#   call word is made (MERGE_CALL).
     .macro XRAY_EXIT name, via, kind
     .p2align 4
     .globl \name
@@ -242,8 +243,12 @@
     jne .Lx_none_\name
     # Ours: its entry was recorded, so its exit is, recording on or off: the event of the
     # function that returns (no room: the slow path does it all), then the entry popped.
+    # (A call word where the call recorded nothing inside it: r8-r11 kept below the red
+    # zone's words above meanwhile.)
     TIMESTAMP
+    MERGE_CALL {SH_FN}(%rdi), -64, .Lx_pop_\name
     TRACE_EVENT 1, %rsi, .Lx_reload_\name, {SH_FN}(%rdi), exit
+.Lx_pop_\name:
     SHADOW_POP %rdi
 .Lx_out_\name:
     SCRATCH_RESTORE -48

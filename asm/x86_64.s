@@ -154,6 +154,95 @@ instrfn_x86_64_xsave_size:
     orq %rax, %rdx                          # rdx = timestamp
     .endm
 
+# MERGE_CALL fn, save, done, label: an exit told together with its entry, in one word (a call word,
+#   docs/trace-format.md, chunk version 3), where the entry is the thread's newest event, a
+#   short one of fn (the call recorded nothing inside it), and the call word can hold the
+#   entry's time (less than 2^{EV_CALL_T0_BITS} ticks after the time base), the call's length
+#   (less than 2^{EV_CALL_DUR_BITS} ticks) and fn (within 2^({EV_CALL_FN_BITS} - 1) bytes of
+#   the code base + 2^31): the entry's word becomes the call word, and nothing is reserved.
+#   In: rcx = the Tls offset, rdx = the exit's timestamp; fn a register or memory operand
+#   that does not use rax or r8-r11. r8-r11 are kept at save(%rsp) .. save-24(%rsp), in the
+#   red zone, meanwhile (a signal frame never overwrites it). Out: at `done` with the call
+#   word written, else falling through with nothing written and rdx as it was (the exit is
+#   then an event of its own). Clobbers rax and the flags. `label`, if given, is a hidden
+#   global label at the call word's store (tests/fixtures/c/exit_window.c stops there).
+#   Why this is safe with signal handlers: one may run between any two instructions and write
+#   events after ours, or fill chunks. (1) The word is stored into the chunk the thread has
+#   at `pin` below: trace_pin holds its end from there on, and a handler's chunk switches do
+#   not retire a pinned chunk (src/trace.rs `retire_chunk`), so it is never committed and
+#   reused before the store; the check after the pin proves the position and bases were read
+#   in that chunk (a switch in between moves trace_end: no other chunk ends there, as the
+#   pinned one cannot be reused). (2) A handler's events land after the entry's word, so the
+#   word is still the newest event of ours; they were stamped after rdx, so the call word,
+#   which ends at rdx, comes before them in time too. (3) A handler's own exits see the pin
+#   taken and write events of their own (one pin per thread: the pin is never overwritten).
+#   A handler that leaves by siglongjmp leaves the pin set: that thread makes no more call
+#   words, and the chunk goes to the collector when the thread ends (nothing lost).
+    .macro MERGE_CALL fn, save, done, label
+    movq %r8, \save(%rsp)
+    movq %r9, \save-8(%rsp)
+    movq %r10, \save-16(%rsp)
+    movq %r11, \save-24(%rsp)
+    movq %fs:{TLS_TRACE_END}(%rcx), %r10
+    testq %r10, %r10
+    jz 8f                                   # no chunk
+    cmpq $0, %fs:{TLS_TRACE_PIN}(%rcx)
+    jne 8f                                  # held by an exit this handler interrupted
+    movq %r10, %fs:{TLS_TRACE_PIN}(%rcx)    # pin: the chunk stays ours
+    movq %fs:{TLS_TRACE_POS}(%rcx), %rax
+    movq \fn, %r8
+    subq %fs:{TLS_TRACE_CBASE}(%rcx), %r8   # fn - code base
+    movq %rdx, %r9
+    subq %fs:{TLS_TRACE_TBASE}(%rcx), %r9   # time - time base
+    cmpq %fs:{TLS_TRACE_END}(%rcx), %r10
+    jne 7f                                  # a handler gave the thread a new chunk before the pin
+    movq -8(%rax), %r11                     # the newest word (at a chunk's start: the
+    movq %r11, %r10                         # header's last, which is 0)
+    shrq $32, %r10
+    cmpq %r8, %r10
+    jne 7f                                  # not of fn (or fn out of the code base's reach)
+    movl %r11d, %r10d
+    andl $3, %r10d
+    cmpl ${EV_TAG_ENTRY}, %r10d
+    jne 7f                                  # not a short entry
+    shrl $2, %r11d                          # the entry's time - time base
+    cmpl $((1 << {EV_CALL_T0_BITS}) - 1), %r11d
+    ja 7f
+    movq %r9, %r10
+    subq %r11, %r10                         # the call's length (past 2^63 if negative)
+    cmpq $((1 << {EV_CALL_DUR_BITS}) - 1), %r10
+    ja 7f
+    subq ${EV_CALL_FN_OFFSET}, %r8
+    cmpq $((1 << {EV_CALL_FN_BITS}) - 1), %r8
+    ja 7f                                   # too far from the code base's middle
+    shlq $({EV_CALL_T0_BITS} + {EV_CALL_DUR_BITS}), %r8
+    shlq ${EV_CALL_T0_BITS}, %r10
+    orq %r10, %r8
+    orq %r11, %r8                           # the 61-bit value: f << 38 | d << 26 | t
+    movl %r8d, %r10d
+    andl $31, %r10d                         # its low 5 bits go to bits 6..2,
+    andq $-32, %r8
+    shlq $3, %r8                            # the rest to bits 63..8
+    leaq {EV_CALL_MARK}+{EV_TAG_LONG}(%r8,%r10,4), %r8
+    .ifnb \label
+    .globl \label
+    .hidden \label
+\label:
+    .endif
+    movq %r8, -8(%rax)                      # the entry's word becomes the call word
+    movq $0, %fs:{TLS_TRACE_PIN}(%rcx)
+    movq \save(%rsp), %r8
+    movq \save-8(%rsp), %r9
+    movq \save-16(%rsp), %r10
+    movq \save-24(%rsp), %r11
+    jmp \done
+7:  movq $0, %fs:{TLS_TRACE_PIN}(%rcx)
+8:  movq \save(%rsp), %r8
+    movq \save-8(%rsp), %r9
+    movq \save-16(%rsp), %r10
+    movq \save-24(%rsp), %r11
+    .endm
+
 # TRACE_EVENT again, next, full, fn, kind: reserves this thread's next event and writes it,
 #   a compact one (docs/trace-format.md, version 2): one word if it can be short, else two.
 #   In: rcx = the Tls offset, rdx = the timestamp; fn a register or a memory operand, read
@@ -675,8 +764,10 @@ instrfn_x86_64_exit_ours:
     TIMESTAMP
     cmpq $0, instrfn_min_ticks(%rip)
     jne .Lexit_short
-    # Our event, reserved as in the entry's fast path, of the function that returned. No
-    # room: the slow path does it all (the entry is still pushed).
+    # A call word where the call recorded nothing inside it; else our event, reserved as in
+    # the entry's fast path, of the function that returned. No room: the slow path does it
+    # all (the entry is still pushed).
+    MERGE_CALL {SH_FN}(%rsi), -8, .Lexit_pop, instrfn_x86_64_exit_merge
     TRACE_EVENT 1, %rdi, .Lexit_slow, {SH_FN}(%rsi), exit
 .Lexit_pop:
     # Popped after the event: until here a handler that interrupts us finds the entry intact
@@ -726,8 +817,9 @@ instrfn_x86_64_exit_pop:
     # words are zeroed and the position moved back over both with a cmpxchg that fails if a
     # handler reserved an event after ours; then the entry's words go back and our exit is
     # written in the place we reserved (before the handler's events, and stamped before them).
-    # (No long event's second word has a tag, so a word at -16 with tag 3 is a long event's
-    # first word: then the event before ours is that one, else the short one at -8.)
+    # (No long event's second word has a tag, so a word at -16 with tag 3 and bit 7 clear is
+    # a long event's first word: then the event before ours is that one, else the short one
+    # (or call word) at -8.)
     # rdx = timestamp; rax, rdi free;
     # the red zone below the registers pushed holds r8 and the two words before our event
     # while the entry is taken back.
@@ -754,9 +846,9 @@ instrfn_x86_64_exit_pop:
     leaq -{EV_BYTES}(%rax), %rdi            # where the entry starts
     jmp instrfn_x86_64_exit_take_back
 6:  movq -16(%rax), %rdi
-    notq %rdi
-    testb $3, %dil
-    jz 4f                                   # a long event there, not ours: no short one at -8
+    andl $({EV_CALL_MARK} | 3), %edi
+    cmpl ${EV_TAG_LONG}, %edi
+    je 4f                                   # a long event there, not ours: no short one at -8
     movq {SH_FN}(%rsi), %rdi
     subq %fs:{TLS_TRACE_CBASE}(%rcx), %rdi
     shlq $32, %rdi

@@ -19,7 +19,7 @@ use crate::arcs::{self, ArcTable};
 use crate::sampler::{self, PcTable};
 use crate::sys;
 
-/// This thread's state as the trampolines see it (`instrfn_tls` in `asm/data.s`, 152 bytes of
+/// This thread's state as the trampolines see it (`instrfn_tls` in `asm/data.s`, 160 bytes of
 /// initial-exec TLS). The assembly addresses the fields through the `TLS_*` operands of
 /// `trampoline_asm!` (src/arch/mod.rs).
 #[repr(C)]
@@ -70,6 +70,11 @@ pub struct Tls {
     /// reservation is tried again).
     pub trace_tbase: u64,
     pub trace_cbase: usize,
+    /// The end of the chunk an exit trampoline is making a call word in (asm/x86_64.s
+    /// MERGE_CALL; 0: none): while it is set, a signal handler that interrupted it and fills
+    /// chunks does not retire that one (src/trace.rs `retire_chunk`), so the word's store can
+    /// never land in a chunk already committed and reused.
+    pub trace_pin: usize,
 }
 
 impl Tls {
@@ -94,11 +99,12 @@ impl Tls {
         dropped: 0,
         trace_tbase: 0,
         trace_cbase: 0,
+        trace_pin: 0,
     };
 }
 
 /// Bytes of the Tls block (asm/data.s reserves as many).
-pub const TLS_BYTES: usize = 152;
+pub const TLS_BYTES: usize = 160;
 const _: () = assert!(core::mem::size_of::<Tls>() == TLS_BYTES);
 
 const FREE: u32 = 0;

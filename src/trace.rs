@@ -68,6 +68,25 @@ pub mod layout {
     /// A chunk's code base lies this far below the function of the event that made the thread
     /// take it: short events reach 2 GiB on either side.
     pub const EV_CODE_HALF: u64 = 1 << 31;
+    /// Call words (chunk version 3): an exit whose entry is the thread's newest event, a short
+    /// one, replaces that entry with one word telling both, tag 3 with bit 7 set (a long
+    /// event's first word has bit 7 clear). Its bits 63..8 and 6..2 hold, as high 56 and low 5
+    /// bits, a 61-bit value `f << 38 | d << 26 | t`: t the entry's time - time base (26 bits),
+    /// d the call's length in ticks (12 bits), f the function - code base - EV_CALL_FN_OFFSET
+    /// (23 bits: 4 MiB on either side of the code base's middle). Written by the x86_64 exit
+    /// trampolines (asm/x86_64.s MERGE_CALL) where all three fit.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub const EV_CALL_MARK: usize = 0x80;
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub const EV_CALL_T0_BITS: usize = 26;
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub const EV_CALL_DUR_BITS: usize = 12;
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub const EV_CALL_FN_BITS: usize = 23;
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub const EV_CALL_FN_OFFSET: u64 = EV_CODE_HALF - (1 << (EV_CALL_FN_BITS - 1));
+    const _: () = assert!(EV_CALL_T0_BITS + EV_CALL_DUR_BITS + EV_CALL_FN_BITS == 61);
+    const _: () = assert!(EV_CALL_T0_BITS <= EV_TIME_BITS);
 }
 use layout::*;
 
@@ -87,9 +106,10 @@ const _: () = assert!(SH_RET < 64);
 /// Bytes of a chunk header (docs/trace-format.md).
 const CHUNK_HEADER: usize = 64;
 const CHUNK_MAGIC: &[u8; 8] = b"IFNCHNK1";
-/// The chunk version written: 2, compact events (see [`layout`] and docs/trace-format.md; the
-/// readers take version 1 chunks, 16-byte events, of older traces too).
-const CHUNK_VERSION: u32 = 2;
+/// The chunk version written: 3, compact events and call words (see [`layout`] and
+/// docs/trace-format.md; the readers take version 1 chunks, 16-byte events, and version 2
+/// ones, compact events without call words, of older traces too).
+const CHUNK_VERSION: u32 = 3;
 /// Where a version 2 chunk header keeps its time base and code base.
 const HDR_TBASE: usize = 32;
 const HDR_CBASE: usize = 40;
@@ -151,6 +171,10 @@ pub struct BlockTrace {
     /// which unmaps it once all its events are written; `prev_end` is where they end.
     prev: AtomicUsize,
     prev_end: AtomicUsize,
+    /// A chunk due to go to the collector while the owner's `trace_pin` held it (see
+    /// [`retire_chunk`]), and where its events end.
+    pinned: AtomicUsize,
+    pinned_end: AtomicUsize,
     /// The next sequence number of this slot's chunks.
     seq: AtomicU64,
     /// Events lost on this slot in total (for the meta file).
@@ -174,6 +198,8 @@ impl BlockTrace {
             chunk: AtomicUsize::new(0),
             prev: AtomicUsize::new(0),
             prev_end: AtomicUsize::new(0),
+            pinned: AtomicUsize::new(0),
+            pinned_end: AtomicUsize::new(0),
             seq: AtomicU64::new(0),
             lost: AtomicU64::new(0),
             shadow: AtomicUsize::new(0),
@@ -360,7 +386,7 @@ fn hardware_shadow_stack() -> bool {
 fn write_header() {
     // SAFETY: getpid/getppid have no preconditions.
     let (pid, ppid) = unsafe { (libc::getpid(), libc::getppid()) };
-    meta(format_args!("instrfn-trace 3"));
+    meta(format_args!("instrfn-trace 4"));
     meta(format_args!(
         "process {pid} {ppid} {}",
         process::image_number_now()
@@ -867,6 +893,9 @@ pub fn thread_ended(tls: &mut Tls, block: &ThreadBlock) {
     if prev != 0 {
         crate::collector::retire(prev, block.trace.prev_end.load(Ordering::Relaxed));
     }
+    // A chunk a pin held: no exit of this thread will store into it now.
+    tls.trace_pin = 0;
+    retire_chunk(tls, &block.trace, 0, 0);
     // (A thread writing into its sink left its chunk's place there when it went to the sink.)
     if !in_sink(tls, block) {
         block.trace.pos.store(tls.trace_pos, Ordering::Relaxed);
@@ -1097,9 +1126,7 @@ fn refill(tls: &mut Tls, block: &ThreadBlock, hint: usize, ts: u64) -> bool {
         let old_end = tls.trace_pos.clamp(old + CHUNK_HEADER, old + size);
         let older = t.prev.swap(old, Ordering::Relaxed);
         let older_end = t.prev_end.swap(old_end, Ordering::Relaxed);
-        if older != 0 {
-            crate::collector::retire(older, older_end);
-        }
+        retire_chunk(tls, t, older, older_end);
     }
     let seq = t.seq.fetch_add(1, Ordering::Relaxed);
     // The code base stays while the function is in its reach (so a thread's chunks share it).
@@ -1137,6 +1164,30 @@ fn refill(tls: &mut Tls, block: &ThreadBlock, hint: usize, ts: u64) -> bool {
     tls.trace_tbase = tbase;
     tls.trace_cbase = cbase as usize;
     true
+}
+
+/// Hands the chunk at `base` (0: none), whose events end at `end`, to the collector, unless
+/// this thread's `trace_pin` holds it: an exit trampoline that the running code (a signal
+/// handler) interrupted is about to store a call word into it (asm/x86_64.s MERGE_CALL).
+/// Such a chunk waits in the block's `pinned` until a later call finds the pin gone. At most
+/// one chunk is pinned at a time.
+fn retire_chunk(tls: &Tls, t: &BlockTrace, base: usize, end: usize) {
+    let size = CHUNK_BYTES.load(Ordering::Relaxed);
+    let held = |chunk: usize| tls.trace_pin != 0 && tls.trace_pin == chunk + size;
+    let waiting = t.pinned.load(Ordering::Relaxed);
+    if waiting != 0 && !held(waiting) {
+        t.pinned.store(0, Ordering::Relaxed);
+        crate::collector::retire(waiting, t.pinned_end.load(Ordering::Relaxed));
+    }
+    if base == 0 {
+        return;
+    }
+    if held(base) && t.pinned.load(Ordering::Relaxed) == 0 {
+        t.pinned_end.store(end, Ordering::Relaxed);
+        t.pinned.store(base, Ordering::Relaxed);
+    } else {
+        crate::collector::retire(base, end);
+    }
 }
 
 /// Takes the time and code bases of the chunk at `base` into this thread's Tls (a thread that
@@ -1987,6 +2038,8 @@ pub fn after_fork(dir: &[u8]) {
         block.trace.chunk.store(0, Ordering::Relaxed);
         block.trace.prev.store(0, Ordering::Relaxed);
         block.trace.prev_end.store(0, Ordering::Relaxed);
+        block.trace.pinned.store(0, Ordering::Relaxed);
+        block.trace.pinned_end.store(0, Ordering::Relaxed);
         block.trace.seq.store(0, Ordering::Relaxed);
         block.trace.pos.store(0, Ordering::Relaxed);
         block.trace.end.store(0, Ordering::Relaxed);
@@ -1995,6 +2048,7 @@ pub fn after_fork(dir: &[u8]) {
     let tls = unsafe { &mut *arch::tls() };
     tls.trace_pos = 0;
     tls.trace_end = 0;
+    tls.trace_pin = 0;
     tls.trace_lost = 0;
     tls.dropped = 0;
     let chunk = CHUNK_BYTES.load(Ordering::Relaxed);

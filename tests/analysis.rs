@@ -415,7 +415,7 @@ fn bad_input_is_one_line_and_a_nonzero_exit() {
     let text = std::fs::read_to_string(&meta).unwrap();
     std::fs::write(
         &meta,
-        text.replacen("instrfn-trace 3", "instrfn-trace 4", 1),
+        text.replacen("instrfn-trace 4", "instrfn-trace 5", 1),
     )
     .unwrap();
     let truncated = copy("truncated");

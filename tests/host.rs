@@ -425,6 +425,35 @@ fn trace_take_back_survives_a_handler_that_fills_chunks() {
 }
 
 #[test]
+fn trace_call_word_survives_a_handler_that_fills_chunks() {
+    // The exit trampoline that makes a call word (asm/x86_64.s MERGE_CALL) has read the
+    // thread's newest event, stepped's entry, and is about to store the call word over it.
+    // exit_window.c stops it there (an int3 on the store) and has its SIGTRAP handler fill
+    // many 4 KiB chunks, which the runtime retires, commits and reuses (INSTRFN_COLLECTOR=off:
+    // at once, on that thread) while the trampoline's pin holds the chunk the word goes into.
+    // Every event must be in the trace exactly once, stepped's as entry and exit (a call word
+    // in a chunk committed after the store). With the pin not honoured (src/trace.rs
+    // `retire_chunk` retiring the pinned chunk like any other), the word landed in the reused
+    // chunk over the handler's events and this failed.
+    let dir = workdir("trace-merge-window");
+    let exe = build_exit_window(X86_64, &dir);
+    for collector in ["off", "on"] {
+        let env = [
+            ("INSTRFN_BUFSIZE", "4096"),
+            ("INSTRFN_MAX_DEPTH", "4"),
+            ("INSTRFN_COLLECTOR", collector),
+        ];
+        let context = format!("merge INSTRFN_COLLECTOR={collector}");
+        exit_window_run(X86_64, &exe, "merge", |i| 30 + i, &env, &dir, &context);
+        let calls: u64 = common::raw_chunks(&dir.join("trace"))
+            .iter()
+            .map(|c| c.calls)
+            .sum();
+        assert!(calls >= 16, "{context}: {calls} call words");
+    }
+}
+
+#[test]
 fn trace_exit_pop_survives_a_handler_that_walks_the_stack() {
     // The exit trampoline pops its shadow entry and puts the original return address back
     // into the frame, from which it jumps there. exit_window.c single-steps to the instruction
@@ -1817,10 +1846,16 @@ fn compact_events_take_the_long_form_where_they_must() {
     );
     let (out, trace) = record_trace(&exe, &[&N.to_string()], &[], &dir);
     let c = assert_compact_trace(&trace, &stdout_of(&out), N, "x86_64");
-    // One chunk (the trace is small); its events by form: the first loop's are short, the
-    // library's long (4 GiB of code base reach cannot span the executable and the library),
-    // and from the end of the sleep on every one is long (past the time base's reach).
-    assert!(c.short >= 2 * N && c.long >= 4 * N + 4, "{c:?}");
+    // One chunk (the trace is small); its events by form: the first loop's calls of near(),
+    // which record nothing inside them, are call words (chunk version 3: one word for the
+    // entry and its exit; a call that a preemption made longer than 2^12 ticks is a short
+    // entry and a short exit), the library's events long (4 GiB of code base reach cannot
+    // span the executable and the library), and from the end of the sleep on every one is
+    // long (past the time base's reach: no call words either, as their entries are long).
+    assert!(
+        c.calls > N * 9 / 10 && c.calls <= N && c.long >= 4 * N + 4,
+        "{c:?}"
+    );
 }
 
 #[test]
@@ -2066,8 +2101,9 @@ fn trace_losses_are_counted_exactly() {
     };
     let env = [("INSTRFN_BUFSIZE", "4K"), ("INSTRFN_TRACE_LIMIT", "64K")];
     check(&env, &dir, "INSTRFN_TRACE_LIMIT");
-    // 400 short threads, 8 at a time, sharing chunks: what they make, from a full recording.
-    let churn_args = ["churn", "400", "20"];
+    // 400 short threads, 8 at a time, sharing chunks: what they make, from a full recording
+    // (enough to fill the small disk below even as call words, 8 bytes a call).
+    let churn_args = ["churn", "400", "100"];
     let (out, _) = record_trace(&churn, &churn_args, &[("INSTRFN_BUFSIZE", "16K")], &dir);
     let (churn_made, churn_threads, churn_lost) = counts(&out);
     assert_eq!((churn_threads, churn_lost), (401, 0), "{}", stderr_of(&out));
@@ -2336,9 +2372,14 @@ fn trace_collector_prepares_chunks_and_is_optional() {
             in_stage.intersection(&in_events).count() <= 1,
             "{context}: chunks in both files"
         );
-        // Events take 16 bytes in a version 1 chunk, at least 8 in a version 2 (compact) one.
+        // Events take 16 bytes in a version 1 chunk, at least 8 in a version 2 (compact) one,
+        // at least 4 in a version 3 one (a call word tells an entry and its exit).
         let version = std::fs::read(events).unwrap()[8];
-        let least = if version == 2 { 8 } else { 16 };
+        let least = match version {
+            1 => 16,
+            2 => 8,
+            _ => 4,
+        };
         assert!(
             used * (CHUNK - 64) >= least * expected,
             "{context}: {used} chunks (version {version})"

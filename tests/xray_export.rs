@@ -372,14 +372,15 @@ fn c_fixture_counts_read_back_by_llvm_xray() {
     let mut bytes = std::fs::read(&events).unwrap();
     // The low byte of the tagged word of the first event of the first chunk written (a chunk
     // prepared and never used is zero): kind 15 in a version 1 chunk (16-byte events, the
-    // word second); in a version 2 one (compact events: the word first, low byte first on
-    // x86_64) all ones, a long event of kind 63, whatever the event was.
+    // word second); in a version 2 or 3 one (compact events: the word first, low byte first
+    // on x86_64) 0x7f, a long event of kind 7 (bit 7 clear: not a call word), whatever the
+    // event was.
     let chunk = bytes
         .windows(8)
         .position(|w| w == b"IFNCHNK1")
         .expect("a chunk");
-    if bytes[chunk + 8] == 2 {
-        bytes[chunk + 64] = 0xff;
+    if bytes[chunk + 8] >= 2 {
+        bytes[chunk + 64] = 0x7f;
     } else {
         bytes[chunk + 64 + 8] |= 0x0f;
     }

@@ -18,13 +18,19 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// The format version this reader knows.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 const CHUNK_MAGIC: &[u8; 8] = b"IFNCHNK1";
 const CHUNK_HEADER: usize = 64;
 const EVENT_BYTES: usize = 16;
 /// A short event of a version 2 chunk (docs/trace-format.md, "Compact events").
 const SHORT_BYTES: usize = 8;
 const TIME_MASK: u64 = (1 << 30) - 1;
+/// A call word of a version 3 chunk (docs/trace-format.md, "Call words"): tag 3 with this
+/// bit set; its 61-bit value's fields.
+const CALL_MARK: u64 = 0x80;
+const CALL_T0_BITS: u32 = 26;
+const CALL_DUR_BITS: u32 = 12;
+const CALL_FN_OFFSET: u64 = (1 << 31) - (1 << 22);
 
 /// A problem with a trace: the file (or directory) and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -601,6 +607,7 @@ impl Process {
         let w = word(pos)?;
         match w & 3 {
             0 => None,
+            3 if c.version >= 3 && w & CALL_MARK != 0 => Some(((w, 0), SHORT_BYTES)),
             3 => {
                 let ts = word(pos + 8)?;
                 (ts != 0).then_some(((w, ts), EVENT_BYTES))
@@ -679,8 +686,8 @@ impl Process {
                 u64::from_be_bytes(a)
             }
         };
-        // Byte order from the version field (1 or 2).
-        let known = |v: u32| v == 1 || v == 2;
+        // Byte order from the version field (1, 2 or 3).
+        let known = |v: u32| (1..=3).contains(&v);
         let le = known(u32_at(&map, first + 8, true));
         if !le && !known(u32_at(&map, first + 8, false)) {
             return Err(error(path, "unknown events file version"));
@@ -775,6 +782,7 @@ impl Process {
             next_chunk: 0,
             pos: 0,
             tid: 0,
+            exit: None,
         }
     }
 
@@ -802,6 +810,8 @@ pub struct Events<'a> {
     /// Byte position in the current chunk (0: start the next chunk).
     pos: usize,
     tid: u32,
+    /// The exit of the call word just read, returned next.
+    exit: Option<Event>,
 }
 
 impl Events<'_> {
@@ -815,6 +825,9 @@ impl Iterator for Events<'_> {
     type Item = Result<Event, Error>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if let Some(exit) = self.exit.take() {
+            return Some(Ok(exit));
+        }
         loop {
             let chunk = *self.chunks.get(self.next_chunk)?;
             if self.pos == 0 {
@@ -830,6 +843,21 @@ impl Iterator for Events<'_> {
             self.pos += len;
             let (ts, kind, value) = if chunk.version == 1 {
                 (w0, w1 & 15, w1 >> 4)
+            } else if w0 & 3 == 3 && chunk.version >= 3 && w0 & CALL_MARK != 0 {
+                // A call word: the entry now, its exit next.
+                let v = (w0 >> 8) << 5 | (w0 >> 2) & 31;
+                let start = chunk.tbase.wrapping_add(v & ((1 << CALL_T0_BITS) - 1));
+                let length = (v >> CALL_T0_BITS) & ((1 << CALL_DUR_BITS) - 1);
+                let func = chunk
+                    .cbase
+                    .wrapping_add(CALL_FN_OFFSET)
+                    .wrapping_add(v >> (CALL_T0_BITS + CALL_DUR_BITS));
+                self.exit = Some(Event {
+                    ts: start.wrapping_add(length),
+                    kind: Kind::Exit,
+                    value: func,
+                });
+                (start, 1, func)
             } else if w0 & 3 == 3 {
                 // (Bit 7 is 0 in a long event: set, the kind reads as unknown.)
                 let kind = ((w0 >> 2) & 7) | ((w0 >> 7) & 1) << 3;
@@ -856,5 +884,94 @@ impl Iterator for Events<'_> {
                 )),
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A trace directory of one process whose staging file holds one chunk of `version` with
+    /// these event words (little-endian), its time base 1000 and code base 0x1000_0000.
+    fn trace_of(name: &str, version: u32, words: &[u64]) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("instrfn-reader-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("1.1.meta"),
+            "instrfn-trace 4\nprocess 1 0 1\nclock tsc 0x0 0 0\n",
+        )
+        .unwrap();
+        std::fs::write(dir.join("1.1.events"), b"").unwrap();
+        let mut chunk = vec![0u8; 4096];
+        chunk[..8].copy_from_slice(CHUNK_MAGIC);
+        chunk[8..12].copy_from_slice(&version.to_le_bytes());
+        chunk[12..16].copy_from_slice(&4096u32.to_le_bytes());
+        chunk[20..24].copy_from_slice(&7u32.to_le_bytes());
+        chunk[32..40].copy_from_slice(&1000u64.to_le_bytes());
+        chunk[40..48].copy_from_slice(&0x1000_0000u64.to_le_bytes());
+        for (i, w) in words.iter().enumerate() {
+            chunk[CHUNK_HEADER + 8 * i..][..8].copy_from_slice(&w.to_le_bytes());
+        }
+        std::fs::write(dir.join("1.1.stage"), chunk).unwrap();
+        dir
+    }
+
+    fn events_of(dir: &Path) -> Vec<Result<(u64, Kind, u64), String>> {
+        let t = Trace::open(dir).unwrap();
+        let p = &t.processes[0];
+        p.events(0)
+            .map(|e| e.map(|e| (e.ts, e.kind, e.value)).map_err(|e| e.message))
+            .collect()
+    }
+
+    /// A call word as docs/trace-format.md lays it out (and asm/x86_64.s MERGE_CALL makes it).
+    fn call_word(t0: u64, length: u64, f: u64) -> u64 {
+        let v = f << (CALL_T0_BITS + CALL_DUR_BITS) | length << CALL_T0_BITS | t0;
+        (v >> 5) << 8 | (v & 31) << 2 | CALL_MARK | 3
+    }
+
+    #[test]
+    fn a_call_word_is_an_entry_and_its_exit() {
+        // Every field at its widest, and at its smallest, then a long exit (bit 7 clear) and a
+        // short entry after it: the events in that order, each at its time.
+        let wide = call_word((1 << 26) - 1, (1 << 12) - 1, (1 << 23) - 1);
+        let long = (0x5000u64 << 8) | (2 << 5) | (2 << 2) | 3;
+        let short = (0x40u64 << 32) | (77 << 2) | 1;
+        let dir = trace_of(
+            "calls",
+            3,
+            &[call_word(20, 30, 5), wide, long, 999_996, short],
+        );
+        let base = 0x1000_0000 + CALL_FN_OFFSET;
+        let last = base + (1 << 23) - 1;
+        assert_eq!(
+            events_of(&dir),
+            vec![
+                Ok((1020, Kind::Entry, base + 5)),
+                Ok((1050, Kind::Exit, base + 5)),
+                Ok((1000 + (1 << 26) - 1, Kind::Entry, last)),
+                Ok((1000 + (1 << 26) - 1 + (1 << 12) - 1, Kind::Exit, last)),
+                Ok((999_998, Kind::Exit, 0x5000)),
+                Ok((1077, Kind::Entry, 0x1000_0040)),
+            ]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_version_2_chunk_has_no_call_words() {
+        // The same word in a version 2 chunk is a long event of an unknown kind: an error.
+        let dir = trace_of("v2", 2, &[call_word(20, 30, 5), 1_000_000]);
+        let events = events_of(&dir);
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert!(
+            events[0]
+                .as_ref()
+                .is_err_and(|e| e.contains("corrupt event")),
+            "{events:?}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

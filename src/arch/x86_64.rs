@@ -8,6 +8,13 @@
 // operand list.
 trampoline_asm!("../../asm/x86_64.s" + "../../asm/x86_64-xray.s", att_syntax;
     EV_NOEXIT = const crate::trace::layout::EV_NOEXIT,
+    // Call words (MERGE_CALL): only x86_64 writes them.
+    TLS_TRACE_PIN = const core::mem::offset_of!(crate::thread::Tls, trace_pin),
+    EV_CALL_MARK = const crate::trace::layout::EV_CALL_MARK,
+    EV_CALL_T0_BITS = const crate::trace::layout::EV_CALL_T0_BITS,
+    EV_CALL_DUR_BITS = const crate::trace::layout::EV_CALL_DUR_BITS,
+    EV_CALL_FN_BITS = const crate::trace::layout::EV_CALL_FN_BITS,
+    EV_CALL_FN_OFFSET = const crate::trace::layout::EV_CALL_FN_OFFSET,
 );
 
 /// `naked_asm!` in AT&T syntax, like asm/x86_64.s.

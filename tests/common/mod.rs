@@ -930,10 +930,12 @@ pub struct RawChunk {
     pub seq: u64,
     /// The kind of its first event (0: none written).
     pub first_kind: u64,
-    /// Its events, up to the first unwritten one: short ones (8 bytes, version 2 only) and
-    /// long ones (16 bytes: every event of a version 1 chunk).
+    /// Its events, up to the first unwritten one: short ones (8 bytes, version 2 and 3), long
+    /// ones (16 bytes: every event of a version 1 chunk) and call words (8 bytes for an entry
+    /// and its exit, version 3 only).
     pub short: u64,
     pub long: u64,
+    pub calls: u64,
 }
 
 /// The chunks of every events and staging file in trace directory `dir`, read without the
@@ -958,7 +960,7 @@ pub fn raw_chunks(dir: &Path) -> Vec<RawChunk> {
         };
         let data = &data[..];
         let version = u32::from_le_bytes(data[first + 8..first + 12].try_into().unwrap());
-        let le = version == 1 || version == 2;
+        let le = (1..=3).contains(&version);
         let u32_at = |b: &[u8], i: usize| {
             let a: [u8; 4] = b[i..i + 4].try_into().unwrap();
             if le {
@@ -976,16 +978,17 @@ pub fn raw_chunks(dir: &Path) -> Vec<RawChunk> {
             }
         };
         let version = u32_at(data, first + 8);
-        assert!(version == 1 || version == 2, "{}: version", path.display());
+        assert!((1..=3).contains(&version), "{}: version", path.display());
         let size = u32_at(data, first + 12) as usize;
         for chunk in data
             .chunks(size)
             .filter(|c| c.len() >= 80 && &c[..8] == b"IFNCHNK1")
         {
             let (slot, seq) = (u32_at(chunk, 16), u64_at(chunk, 24));
-            // Events up to the first unwritten one (version 2: the low two bits of an event's
-            // first word are 1 or 2 for a short one, 3 for a long one).
-            let (mut short, mut long, mut at) = (0, 0, 64);
+            // Events up to the first unwritten one (version 2 and 3: the low two bits of an
+            // event's first word are 1 or 2 for a short one, 3 for a long one or, with bit 7
+            // set in version 3, a call word).
+            let (mut short, mut long, mut calls, mut at) = (0, 0, 0, 64);
             let mut first_kind = 0;
             while at + 16 <= chunk.len() {
                 let w = u64_at(chunk, at);
@@ -1000,8 +1003,16 @@ pub fn raw_chunks(dir: &Path) -> Vec<RawChunk> {
                     };
                     long += 1;
                     at += 16;
+                } else if w & 3 == 3 && version == 3 && w & 0x80 != 0 {
+                    first_kind = if short + long + calls == 0 {
+                        1
+                    } else {
+                        first_kind
+                    };
+                    calls += 1;
+                    at += 8;
                 } else if w & 3 == 3 {
-                    first_kind = if short + long == 0 {
+                    first_kind = if short + long + calls == 0 {
                         (w >> 2) & 7
                     } else {
                         first_kind
@@ -1009,7 +1020,11 @@ pub fn raw_chunks(dir: &Path) -> Vec<RawChunk> {
                     long += 1;
                     at += 16;
                 } else if w != 0 {
-                    first_kind = if short + long == 0 { w & 3 } else { first_kind };
+                    first_kind = if short + long + calls == 0 {
+                        w & 3
+                    } else {
+                        first_kind
+                    };
                     short += 1;
                     at += 8;
                 } else {
@@ -1024,6 +1039,7 @@ pub fn raw_chunks(dir: &Path) -> Vec<RawChunk> {
                     first_kind,
                     short,
                     long,
+                    calls,
                 });
             }
         }
@@ -1074,7 +1090,11 @@ pub fn assert_compact_trace(trace: &Path, stdout: &str, n: u64, context: &str) -
     let chunks = raw_chunks(trace);
     assert_eq!(chunks.len(), 1, "{context}: {chunks:?}");
     let c = chunks[0];
-    assert_eq!(c.short + c.long, 6 * n + 6, "{context}: {c:?}");
+    assert_eq!(
+        c.short + c.long + 2 * c.calls,
+        6 * n + 6,
+        "{context}: {c:?}"
+    );
     c
 }
 
