@@ -489,8 +489,10 @@ instrfn_x86_64_\name:
     movq %rax, %rcx                         # rcx = Tls offset from here on
     .endif
     TIMESTAMP
-    # the event (past the chunk's end, or no chunk: the slow path)
+    # the event (past the chunk's end, or no chunk: the slow path); an exit whose call
+    # recorded nothing inside it, a call word (r8-r11 kept below the red zone's words above)
     .ifc \trace,exit
+    MERGE_CALL %rsi, -56, .Lout_\name
     TRACE_EVENT 2, %rdi, .Ltnochunk_\name, %rsi, exit
     .else
     TRACE_EVENT 2, %rdi, .Ltnochunk_\name, %rsi, entry
