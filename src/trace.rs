@@ -50,7 +50,7 @@ pub mod layout {
     pub const EV_LOST: usize = 4;
     pub const EV_NOEXIT: usize = 5;
     pub const EV_THREAD: usize = 6;
-    /// Compact events (chunk version 2): the low two bits of an event's first word tell its
+    /// Compact events (chunk versions 2 and 3): the low two bits of an event's first word tell its
     /// form. A short event is that one word, `(function - code base) << 32 | (time - time
     /// base) << 2 | tag`, for an entry (tag 1) or an exit (tag 2) whose function lies within
     /// 4 GiB above the chunk's code base and whose time within 2^30 ticks after its time base;
@@ -111,7 +111,7 @@ const CHUNK_MAGIC: &[u8; 8] = b"IFNCHNK1";
 /// docs/trace-format.md; the readers take version 1 chunks, 16-byte events, and version 2
 /// ones, compact events without call words, of older traces too).
 const CHUNK_VERSION: u32 = 3;
-/// Where a version 2 chunk header keeps its time base and code base.
+/// Where a version 2 or 3 chunk header keeps its time base and code base.
 const HDR_TBASE: usize = 32;
 const HDR_CBASE: usize = 40;
 

@@ -1,7 +1,8 @@
 //! Property test of the trace reader and the commands on mutated real traces (the corpus in
 //! tests/fixtures/corpus: x86_64 traces with threads, losses, longjmp and a process tree, and
 //! a big-endian s390x one, in 16-byte events; two of compact events, in the staging file of
-//! 4 KiB chunks, short and long ones: compact.c's and calltree.c's at 4 threads): whatever the bytes, reading never panics, and `instrfn report`,
+//! 4 KiB chunks, short and long ones: compact.c's and calltree.c's at 4 threads; and one of
+//! calltree.c's with call words, chunk version 3): whatever the bytes, reading never panics, and `instrfn report`,
 //! `export` and `dump` end with status 0 or with status 2 and one line on stderr.
 //! Deterministic (a fixed seed), bounded by count and by time.
 
@@ -48,7 +49,7 @@ fn corpus() -> Vec<PathBuf> {
         .filter(|p| p.is_dir())
         .collect();
     v.sort();
-    assert!(v.len() >= 7, "the corpus is in tests/fixtures/corpus");
+    assert!(v.len() >= 8, "the corpus is in tests/fixtures/corpus");
     v
 }
 
