@@ -2034,6 +2034,35 @@ pub fn after_fork(dir: &[u8]) {
         k.store(0, Ordering::Relaxed);
     }
     crate::collector::after_fork();
+    // A fork from a signal handler that interrupted this thread in the middle of an event (a
+    // reservation made and its store still to come, a take-back, a call word) finishes that
+    // event in the child too, in the chunk it was in: the parent's, shared with it, which the
+    // parent may have committed and reused by then. So this thread's chunks become private
+    // memory in the child (the same addresses, zero pages): such a store lands there.
+    // SAFETY: this thread's TLS block (the only thread).
+    if let Some(block) = unsafe { (*arch::tls()).block.as_ref() } {
+        let size = CHUNK_BYTES.load(Ordering::Relaxed);
+        for base in [&block.trace.chunk, &block.trace.prev, &block.trace.pinned] {
+            let base = base.load(Ordering::Relaxed);
+            if base != 0 {
+                // SAFETY: MAP_FIXED over a chunk mapping of ours, which nothing in this
+                // process reads or writes as the parent's any more.
+                unsafe {
+                    crate::collector::syscall(
+                        libc::SYS_mmap,
+                        [
+                            base,
+                            size,
+                            (libc::PROT_READ | libc::PROT_WRITE) as usize,
+                            (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED) as usize,
+                            usize::MAX,
+                            0,
+                        ],
+                    )
+                };
+            }
+        }
+    }
     for block in crate::thread::blocks() {
         // The parent's chunk mappings are shared with the parent: never write them here.
         block.trace.chunk.store(0, Ordering::Relaxed);

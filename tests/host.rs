@@ -454,6 +454,60 @@ fn trace_call_word_survives_a_handler_that_fills_chunks() {
 }
 
 #[test]
+fn trace_fork_from_a_handler_in_an_event_leaves_the_parent_s_chunks_alone() {
+    // exit_window.c `fork`: a handler forks while the exit trampoline is about to store a
+    // call word (the same window as above); the child sleeps there 200 ms, then stores it and
+    // exits, while the parent stores its own and fills and reuses 4 KiB chunks (no
+    // collector: at once). The child's store goes to the chunk it was in, whose mapping the
+    // parent shares: unless the child's copy of this thread's chunks is private memory
+    // (src/trace.rs `after_fork`), it lands in a chunk the parent has reused, over the
+    // parent's events: without that, in every run here, on the timestamp of a long event of
+    // the parent's (an entry of deep 3.8e18 ns after the start). The same holds for any
+    // event the child finishes (a reservation's store, a take-back's restore), call words or
+    // not.
+    let dir = workdir("trace-fork-window");
+    let exe = build_exit_window(X86_64, &dir);
+    let trace = dir.join("trace");
+    let _ = std::fs::remove_dir_all(&trace);
+    let t = trace.display().to_string();
+    let env = [
+        ("INSTRFN_MODE", "trace"),
+        ("INSTRFN_OUTPUT", t.as_str()),
+        ("INSTRFN_BUFSIZE", "4096"),
+        ("INSTRFN_MAX_DEPTH", "4"),
+        ("INSTRFN_COLLECTOR", "off"),
+    ];
+    // (One window: a second call of stepped() after the parent's 200 ms wait would begin too
+    // long after its chunk's time base for a call word.)
+    let out = run_exe(X86_64, &exe, &["fork", "60"], &env, &dir);
+    let text = stdout_of(&out);
+    let [windows, deep, stepped] = numbers_of(&text)[..] else {
+        panic!("{text}")
+    };
+    assert_eq!((windows, stepped), (1, 1), "{text}");
+    let procs = instrfn_dump(&trace);
+    // The parent (the first pid), then its child (a trace of its own).
+    assert_eq!(procs.len(), 2, "{text}");
+    let parent = &procs[0];
+    let counts = assert_balanced(parent, "fork window");
+    assert_eq!(parent.lost, 0);
+    assert_eq!(count_of(&counts, "entry", "stepped"), 1);
+    assert_eq!(count_of(&counts, "exit", "stepped"), 1);
+    let (entries, exits, noexit) = (
+        count_of(&counts, "entry", "deep"),
+        count_of(&counts, "exit", "deep"),
+        count_of(&counts, "entry-no-exit", "deep"),
+    );
+    assert_eq!(entries, exits);
+    assert_eq!(entries + noexit, deep, "{counts:?}");
+    // Every event at a time within the run (the child's stray word, where it landed on a
+    // long event's timestamp, left the counts right and gave that event a time 10^18 ns on).
+    for e in parent.threads.values().flatten() {
+        assert!((0.0..60e9).contains(&e.ns), "{e:?}");
+    }
+}
+
+#[test]
 fn trace_exit_pop_survives_a_handler_that_walks_the_stack() {
     // The exit trampoline pops its shadow entry and puts the original return address back
     // into the frame, from which it jumps there. exit_window.c single-steps to the instruction
