@@ -245,6 +245,69 @@
 9:
     .endm
 
+// MERGE_CALL tls, fn, ts, a, b, c, d, done, label: an exit told together with its entry in
+//   one word, a call word (docs/trace-format.md, chunk version 3), where the entry is the
+//   thread's newest event, a short one of fn (the call recorded nothing inside it), and the
+//   word can hold the entry's time, the call's length and fn (asm/x86_64.s MERGE_CALL is the
+//   reference: the same checks, and why the pin makes it safe with signal handlers; here, too,
+//   a handler runs on this thread, so it sees this code's stores in program order, and the
+//   collector sees the chunk only after its retirement, a release, which the pin keeps from
+//   happening before the store). tls = &Tls, fn the function, ts the exit's timestamp (both
+//   only read); a, b, c, d the numbers of scratch registers (x<a> ...), all distinct. Branches to `done` with the call
+//   word written; else falls through with nothing written. `label`, if given, is a hidden
+//   global label at the word's store (tests/fixtures/c/exit_window.c stops there).
+    .macro MERGE_CALL tls, fn, ts, a, b, c, d, done, label
+    ldr     x\a, [\tls, #{TLS_TRACE_END}]
+    cbz     x\a, 8f                          // no chunk
+    ldr     x\b, [\tls, #{TLS_TRACE_PIN}]
+    cbnz    x\b, 8f                          // held by an exit this handler interrupted
+    str     x\a, [\tls, #{TLS_TRACE_PIN}]    // pin: the chunk stays ours
+    ldr     x\b, [\tls, #{TLS_TRACE_POS}]
+    ldr     x\c, [\tls, #{TLS_TRACE_CBASE}]
+    sub     x\c, \fn, x\c                     // fn - code base
+    ldr     x\d, [\tls, #{TLS_TRACE_END}]
+    cmp     x\d, x\a
+    b.ne    7f                              // a handler gave the thread a new chunk before the pin
+    tst     x\c, #0xffffffff00000000
+    b.ne    7f                              // fn out of the code base's reach
+    ldur    x\a, [x\b, #-8]                   // the newest word (at a chunk's start: the
+    eor     x\d, x\a, x\c, lsl #32              // header's last, which is 0)
+    eor     x\d, x\d, #{EV_TAG_ENTRY}
+    tst     x\d, #0xffffffff00000003
+    b.ne    7f                              // not a short entry of fn
+    ubfx    x\a, x\a, #2, #30                 // the entry's time - time base
+    tst     x\a, #(-1 << {EV_CALL_T0_BITS})
+    b.ne    7f
+    ldr     x\d, [\tls, #{TLS_TRACE_TBASE}]
+    sub     x\d, \ts, x\d
+    sub     x\d, x\d, x\a                      // the call's length (past 2^63 if negative)
+    tst     x\d, #(-1 << {EV_CALL_DUR_BITS})
+    b.ne    7f
+    mov     w\c, w\c                         // (fn - code base < 2^32: 32-bit arithmetic)
+    eor     w\c, w\c, #0x80000000            // - 2^31
+    add     w\c, w\c, #0x400, lsl #12        // + 2^22: fn - code base - EV_CALL_FN_OFFSET
+    tst     x\c, #(-1 << {EV_CALL_FN_BITS})
+    b.ne    7f                              // too far from the code base's middle
+    lsl     x\c, x\c, #({EV_CALL_T0_BITS} + {EV_CALL_DUR_BITS})
+    orr     x\c, x\c, x\d, lsl #{EV_CALL_T0_BITS}
+    orr     x\c, x\c, x\a                      // the 61-bit value: f << 38 | d << 26 | t
+    lsr     x\a, x\c, #5
+    lsl     x\a, x\a, #8                      // its high bits to 63..8,
+    ubfx    x\d, x\c, #0, #5
+    orr     x\a, x\a, x\d, lsl #2              // its low 5 to 6..2
+    add     x\a, x\a, #({EV_CALL_MARK} | {EV_TAG_LONG})
+    .ifnb \label
+    .globl  \label
+    .hidden \label
+\label:
+    .endif
+    stur    x\a, [x\b, #-8]                   // the entry's word becomes the call word
+    str     xzr, [\tls, #{TLS_TRACE_PIN}]
+    b       \done
+7:  str     xzr, [\tls, #{TLS_TRACE_PIN}]
+8:
+    .endm
+
 // SHADOW_RESERVE again, topp, end, entry, next, status, full: reserves a shadow entry above
 //   shadow_top (topp = &tls.shadow_top, end = tls.shadow_end, which never changes, both set
 //   by the caller) with an ldxr/stxr loop that checks the bound before it stores. Out: entry
@@ -876,7 +939,9 @@ instrfn_aarch64_exit_ours:
     adrp    x17, instrfn_min_ticks
     ldr     x17, [x17, #:lo12:instrfn_min_ticks]
     cbnz    x17, .Lexit_short               // INSTRFN_MIN_DURATION: maybe no events at all
-    // x10 = our event (no room, or no chunk: nothing popped yet, the slow path does all)
+    // A call word where the call recorded nothing inside it; else x10 = our event (no
+    // room, or no chunk: nothing popped yet, the slow path does all)
+    MERGE_CALL x16, x12, x15, 10, 11, 13, 14, .Lexit_pop, instrfn_aarch64_exit_merge
     EVENT 1, x16, x10, x11, x13, 14, 15, x12, {EV_EXIT}, .Lexit_slow
 .Lexit_pop:
     ldr     x30, [x9, #{SH_RET}]                   // we return there
@@ -897,7 +962,7 @@ instrfn_aarch64_exit_ours:
     // are zeroed and the position moved back over both with a compare-and-swap (ldxr/stxr, as
     // the reservation) that fails if a handler reserved an event after ours: then the entry's
     // words go back and our exit is written where we reserved it. (A word at -16 with tag 3
-    // is a long event's first word: no long event's second word has a tag.)
+    // and bit 7 clear is a long event's first word: no long event's second word has a tag.)
     // x17 = instrfn_min_ticks, x15 = timestamp, x14 = &trace_pos, x12 = the function, x9 =
     // the entry; x10, x11, x13 free.
     TRACE_EVENT 3, x16, x14, x10, x11, x13, w13, .Lexit_slow // x10 = our place
@@ -917,9 +982,11 @@ instrfn_aarch64_exit_ours:
     sub     x11, x10, #{EV_BYTES}           // where the entry starts
     b       instrfn_aarch64_exit_take_back
 6:  ldur    x13, [x10, #-{EV_BYTES}]
-    and     x13, x13, #3
+    tbnz    x13, #7, .Lexit_short_at8       // a call word there (bit 7): the event before ours
+    and     x13, x13, #3                    // is at -8
     cmp     x13, #{EV_TAG_LONG}
     b.eq    7f                              // a long event there, not ours: no short one at -8
+.Lexit_short_at8:
     ldr     x13, [x16, #{TLS_TRACE_CBASE}]
     sub     x13, x12, x13
     lsl     x13, x13, #32

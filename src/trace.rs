@@ -76,13 +76,25 @@ pub mod layout {
     /// (23 bits: 4 MiB on either side of the code base's middle). Written by the x86_64 exit
     /// trampolines and `__cyg_profile_func_exit` (asm/x86_64.s MERGE_CALL) where all three
     /// fit. The events a reader gets from it are the entry and exit it replaces, in place.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        allow(dead_code)
+    )]
     pub const EV_CALL_MARK: usize = 0x80;
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        allow(dead_code)
+    )]
     pub const EV_CALL_T0_BITS: usize = 26;
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        allow(dead_code)
+    )]
     pub const EV_CALL_DUR_BITS: usize = 12;
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        allow(dead_code)
+    )]
     pub const EV_CALL_FN_BITS: usize = 23;
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub const EV_CALL_FN_OFFSET: u64 = EV_CODE_HALF - (1 << (EV_CALL_FN_BITS - 1));

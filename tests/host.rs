@@ -444,7 +444,7 @@ fn trace_call_word_survives_a_handler_that_fills_chunks() {
             ("INSTRFN_COLLECTOR", collector),
         ];
         let context = format!("merge INSTRFN_COLLECTOR={collector}");
-        exit_window_run(X86_64, &exe, "merge", |i| 30 + i, &env, &dir, &context);
+        exit_window_run(X86_64, &exe, "merge", |i| 30 + i, &env, &dir, &context, 16);
         let calls: u64 = common::raw_chunks(&dir.join("trace"))
             .iter()
             .map(|c| c.calls)
@@ -518,7 +518,7 @@ fn trace_exit_pop_survives_a_handler_that_walks_the_stack() {
     // address"), as it did a few times in a hundred under tracesig.c's stack-walking handlers.
     let dir = workdir("trace-exit-pop");
     let exe = build_exit_window(X86_64, &dir);
-    exit_window_run(X86_64, &exe, "pop", |i| i % 3, &[], &dir, "pop");
+    exit_window_run(X86_64, &exe, "pop", |i| i % 3, &[], &dir, "pop", 16);
 }
 
 #[test]

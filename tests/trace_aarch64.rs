@@ -650,16 +650,45 @@ fn aarch64_trace_survives_a_traced_handler_at_every_instruction() {
     bpsweeps(AARCH64, &[Sweep::Mcount, Sweep::Cyg, Sweep::Xray]);
 }
 
-/// Compact events on aarch64 (docs/trace-format.md, chunk version 2), as tests/host.rs's
+/// Compact events on aarch64 (docs/trace-format.md, chunk versions 2 and 3), as tests/host.rs's
 /// x86_64 test: tests/fixtures/c/compact.c, preloaded, with a -pg library: every call,
 /// balanced and named, the sleep's traced length the one the program measured, 6N + 6 events
 /// in the chunk. Under qemu the counter runs at 62.5 MHz, so its 2^30 ticks of time base reach
 /// are 17 s, more than the test sleeps, and qemu maps the library within the code base's reach:
-/// every event is short here (all 6006 when this was written). The long form's code is the one
-/// entries without exit take (the pac-ret golden tests, every event long).
+/// every event is short here (all 6006 before call words). The first loop's calls of near(),
+/// which record nothing inside them, are call words (one word for an entry and its exit); the
+/// library's are not (more than 4 MiB from the code base's middle). The long form's code is
+/// the one entries without exit take (the pac-ret golden tests, every event long).
 #[test]
 fn aarch64_compact_events_take_the_long_form_where_they_must() {
     const N: u64 = 1000;
     let c = compact_under_qemu(AARCH64, N);
-    assert!(c.short >= 4 * N, "{c:?}");
+    assert!(
+        c.calls > N * 9 / 10 && c.calls <= 2 * N && c.short + 2 * c.calls >= 4 * N,
+        "{c:?}"
+    );
+}
+
+/// The exit trampoline that makes a call word held up at its store (exit_window.c `merge`, a
+/// breakpoint written over it) while the handler fills many 4 KiB chunks, which the runtime
+/// retires, commits and reuses, the collector off and on: every event in the trace exactly
+/// once, the call words among them (asm/aarch64.s MERGE_CALL's pin; tests/host.rs has the
+/// x86_64 one and the case without the pin).
+#[test]
+fn aarch64_trace_call_word_survives_a_handler_that_fills_chunks() {
+    let dir = workdir("aarch64-trace-merge-window");
+    let exe = build_exit_window(AARCH64, &dir);
+    for collector in ["off", "on"] {
+        let env = [
+            ("INSTRFN_BUFSIZE", "4096"),
+            ("INSTRFN_MAX_DEPTH", "4"),
+            ("INSTRFN_COLLECTOR", collector),
+        ];
+        let context = format!("aarch64 merge INSTRFN_COLLECTOR={collector}");
+        // (Most windows: a call that qemu made retranslate the code the breakpoint changed
+        // can last more than a call word's 2^12 ticks, 65 µs of its 62.5 MHz counter.)
+        let windows = exit_window_run(AARCH64, &exe, "merge", |i| 30 + i, &env, &dir, &context, 10);
+        let calls: u64 = raw_chunks(&dir.join("trace")).iter().map(|c| c.calls).sum();
+        assert!(calls >= windows, "{context}: {calls} call words");
+    }
 }

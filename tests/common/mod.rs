@@ -1403,6 +1403,10 @@ pub fn tracesig_output(stdout: &str, context: &str) -> (u64, u64) {
 /// windows were reached and the trace holds every event once: balanced, nothing lost or
 /// dropped, stepped 16 entries and exits, every deep call an entry (with its exit) or an entry
 /// without exit. `trace` is removed first.
+/// Every one of the 16 windows must be reached, or at least `min_windows` of them (a call
+/// word's window under qemu, where retranslating the code the breakpoint changed can make
+/// the call too long for a call word). Returns the windows reached.
+#[allow(clippy::too_many_arguments)]
 pub fn exit_window_run(
     arch: Arch,
     exe: &Path,
@@ -1411,7 +1415,8 @@ pub fn exit_window_run(
     extra: &[(&str, &str)],
     dir: &Path,
     context: &str,
-) {
+    min_windows: u64,
+) -> u64 {
     let trace = dir.join("trace");
     let _ = std::fs::remove_dir_all(&trace);
     let t = trace.display().to_string();
@@ -1426,7 +1431,7 @@ pub fn exit_window_run(
     let [windows, deep, stepped] = words[..] else {
         panic!("{context}: {text}")
     };
-    assert_eq!(windows, 16, "{context}: {text}");
+    assert!((min_windows..=16).contains(&windows), "{context}: {text}");
     assert_eq!(stepped, 16, "{context}: {text}");
     let procs = instrfn_dump(&trace);
     let counts = assert_balanced(&procs[0], context);
@@ -1442,6 +1447,7 @@ pub fn exit_window_run(
     );
     assert_eq!(entries, exits, "{context}");
     assert_eq!(entries + noexit, deep, "{context}: {counts:?}");
+    windows
 }
 
 /// tests/fixtures/c/exit_window.c built with gcc -O2 -pg for `arch` and linked with its
@@ -1475,7 +1481,16 @@ pub fn take_back_rounds(arch: Arch) {
             ("INSTRFN_COLLECTOR", collector),
         ];
         let context = format!("{} take-back INSTRFN_COLLECTOR={collector}", arch.name);
-        exit_window_run(arch, &exe, "take-back", |i| 30 + i, &env, &dir, &context);
+        exit_window_run(
+            arch,
+            &exe,
+            "take-back",
+            |i| 30 + i,
+            &env,
+            &dir,
+            &context,
+            16,
+        );
     }
 }
 
