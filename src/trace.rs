@@ -74,8 +74,8 @@ pub mod layout {
     /// bits, a 61-bit value `f << 38 | d << 26 | t`: t the entry's time - time base (26 bits),
     /// d the call's length in ticks (12 bits), f the function - code base - EV_CALL_FN_OFFSET
     /// (23 bits: 4 MiB on either side of the code base's middle). Written by the x86_64 exit
-    /// trampolines and `__cyg_profile_func_exit` (asm/x86_64.s MERGE_CALL) where all three
-    /// fit. The events a reader gets from it are the entry and exit it replaces, in place.
+    /// trampolines and `__cyg_profile_func_exit` (asm/x86_64.s MERGE_CALL) and aarch64's mcount
+    /// exit trampoline (asm/aarch64.s MERGE_CALL) where all three fit. The events a reader gets from it are the entry and exit it replaces, in place.
     #[cfg_attr(
         not(any(target_arch = "x86_64", target_arch = "aarch64")),
         allow(dead_code)

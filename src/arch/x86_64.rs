@@ -8,7 +8,7 @@
 // operand list.
 trampoline_asm!("../../asm/x86_64.s" + "../../asm/x86_64-xray.s", att_syntax;
     EV_NOEXIT = const crate::trace::layout::EV_NOEXIT,
-    // Call words (MERGE_CALL): only x86_64 writes them.
+    // Call words (MERGE_CALL): x86_64 and aarch64 write them.
     TLS_TRACE_PIN = const core::mem::offset_of!(crate::thread::Tls, trace_pin),
     EV_CALL_MARK = const crate::trace::layout::EV_CALL_MARK,
     EV_CALL_T0_BITS = const crate::trace::layout::EV_CALL_T0_BITS,
