@@ -435,22 +435,7 @@ fn trace_call_word_survives_a_handler_that_fills_chunks() {
     // in a chunk committed after the store). With the pin not honoured (src/trace.rs
     // `retire_chunk` retiring the pinned chunk like any other), the word landed in the reused
     // chunk over the handler's events and this failed.
-    let dir = workdir("trace-merge-window");
-    let exe = build_exit_window(X86_64, &dir);
-    for collector in ["off", "on"] {
-        let env = [
-            ("INSTRFN_BUFSIZE", "4096"),
-            ("INSTRFN_MAX_DEPTH", "4"),
-            ("INSTRFN_COLLECTOR", collector),
-        ];
-        let context = format!("merge INSTRFN_COLLECTOR={collector}");
-        exit_window_run(X86_64, &exe, "merge", |i| 30 + i, &env, &dir, &context, 16);
-        let calls: u64 = common::raw_chunks(&dir.join("trace"))
-            .iter()
-            .map(|c| c.calls)
-            .sum();
-        assert!(calls >= 16, "{context}: {calls} call words");
-    }
+    merge_window_rounds(X86_64, 16);
 }
 
 #[test]

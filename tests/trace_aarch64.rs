@@ -676,19 +676,7 @@ fn aarch64_compact_events_take_the_long_form_where_they_must() {
 /// x86_64 one and the case without the pin).
 #[test]
 fn aarch64_trace_call_word_survives_a_handler_that_fills_chunks() {
-    let dir = workdir("aarch64-trace-merge-window");
-    let exe = build_exit_window(AARCH64, &dir);
-    for collector in ["off", "on"] {
-        let env = [
-            ("INSTRFN_BUFSIZE", "4096"),
-            ("INSTRFN_MAX_DEPTH", "4"),
-            ("INSTRFN_COLLECTOR", collector),
-        ];
-        let context = format!("aarch64 merge INSTRFN_COLLECTOR={collector}");
-        // (Most windows: a call that qemu made retranslate the code the breakpoint changed
-        // can last more than a call word's 2^12 ticks, 65 µs of its 62.5 MHz counter.)
-        let windows = exit_window_run(AARCH64, &exe, "merge", |i| 30 + i, &env, &dir, &context, 10);
-        let calls: u64 = raw_chunks(&dir.join("trace")).iter().map(|c| c.calls).sum();
-        assert!(calls >= windows, "{context}: {calls} call words");
-    }
+    // (Most windows: a call that qemu made retranslate the code the breakpoint changed can
+    // last more than a call word's 2^12 ticks, 65 µs of its 62.5 MHz counter.)
+    merge_window_rounds(AARCH64, 10);
 }

@@ -1494,6 +1494,36 @@ pub fn take_back_rounds(arch: Arch) {
     }
 }
 
+/// The exit trampoline's call word held up at its store (exit_window.c `merge`, built for
+/// `arch`): 16 windows (at least `min_windows` reached) of 30-45 handler rounds that fill 4 KiB
+/// chunks, which the runtime retires, commits and reuses while the trampoline's pin holds the
+/// chunk the word goes into, with the collector off (at once, on that thread) and on; every
+/// event in the trace exactly once ([`exit_window_run`]), a call word for each window.
+pub fn merge_window_rounds(arch: Arch, min_windows: u64) {
+    let dir = workdir(&format!("{}-trace-merge-window", arch.name));
+    let exe = build_exit_window(arch, &dir);
+    for collector in ["off", "on"] {
+        let env = [
+            ("INSTRFN_BUFSIZE", "4096"),
+            ("INSTRFN_MAX_DEPTH", "4"),
+            ("INSTRFN_COLLECTOR", collector),
+        ];
+        let context = format!("{} merge INSTRFN_COLLECTOR={collector}", arch.name);
+        let windows = exit_window_run(
+            arch,
+            &exe,
+            "merge",
+            |i| 30 + i,
+            &env,
+            &dir,
+            &context,
+            min_windows,
+        );
+        let calls: u64 = raw_chunks(&dir.join("trace")).iter().map(|c| c.calls).sum();
+        assert!(calls >= windows, "{context}: {calls} call words");
+    }
+}
+
 /// The sweeps' rounds: one traced call per handler, walking; 40+ rounds with 4 KiB chunks and
 /// no collector (the handler fills and recycles chunks under the interrupted code), walking;
 /// and (`short`, for code that INSTRFN_MIN_DURATION applies to) the same with every call short
