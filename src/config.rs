@@ -40,6 +40,8 @@ pub struct Config {
     pub exits: bool,
     /// INSTRFN_COLLECTOR: whether trace mode prepares chunks on a thread of its own.
     pub collector: bool,
+    /// INSTRFN_CALL_WORDS: whether trace mode writes a leaf call as one call word.
+    pub call_words: bool,
     /// INSTRFN_COLLECTOR_NICE: that thread's nice value, 0-19.
     pub collector_nice: u8,
     /// INSTRFN_XRAY_STOP=pause: stopping leaves XRay sleds patched (src/xray.rs); `unpatch`
@@ -99,6 +101,7 @@ impl Config {
         max_depth: DEFAULT_DEPTH,
         exits: EXITS_BY_DEFAULT,
         collector: true,
+        call_words: true,
         collector_nice: 19,
         xray_pause: false,
         depth: 0,
@@ -284,6 +287,17 @@ impl Config {
                 Some(b) => c.collector = b,
                 None => invalid(
                     "INSTRFN_COLLECTOR",
+                    v,
+                    format_args!("on or off (also 1/0, yes/no, true/false)"),
+                    format_args!("on"),
+                ),
+            }
+        }
+        if let Some(v) = var(c"INSTRFN_CALL_WORDS") {
+            match parse_bool(v) {
+                Some(b) => c.call_words = b,
+                None => invalid(
+                    "INSTRFN_CALL_WORDS",
                     v,
                     format_args!("on or off (also 1/0, yes/no, true/false)"),
                     format_args!("on"),

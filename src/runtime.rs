@@ -209,7 +209,7 @@ fn start_tracing(config: &Config) -> bool {
         return false;
     }
     crate::collector::configure(config.collector, config.collector_nice);
-    crate::trace::configure_filters(config.depth, config.min_duration_ns);
+    crate::trace::configure_filters(config.depth, config.min_duration_ns, config.call_words);
     let depth = if config.depth > 0 {
         config.depth
     } else {

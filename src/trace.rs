@@ -168,6 +168,8 @@ static HIJACK: AtomicBool = AtomicBool::new(true);
 /// INSTRFN_DEPTH: calls deeper than the shadow stack leave no events (instead of entries
 /// without exit).
 static DROP_DEEP: AtomicBool = AtomicBool::new(false);
+/// INSTRFN_CALL_WORDS=off.
+static NO_CALL_WORDS: AtomicBool = AtomicBool::new(false);
 /// Events recorded as entries without exit because the shadow stack was full, or hijacking is
 /// off (all threads, for the summary).
 static NOEXIT: AtomicU64 = AtomicU64::new(0);
@@ -229,8 +231,9 @@ const SINK_BYTES: usize = 16 << 10;
 /// The record-time filters (before [`start`]): INSTRFN_DEPTH (the shadow stack then holds
 /// that many entries, and deeper calls are dropped) and INSTRFN_MIN_DURATION (ns; the exit
 /// trampoline takes back the entries of shorter calls where the architecture supports it).
-pub fn configure_filters(depth: usize, min_ns: u64) {
+pub fn configure_filters(depth: usize, min_ns: u64, call_words: bool) {
     DROP_DEEP.store(depth > 0, Ordering::Relaxed);
+    NO_CALL_WORDS.store(!call_words, Ordering::Relaxed);
     if min_ns == 0 {
         return;
     }
@@ -840,6 +843,7 @@ pub fn thread_started(tls: &mut Tls, block: &ThreadBlock) {
     if tls.trace_end != 0 {
         take_bases(tls, t.chunk.load(Ordering::Relaxed));
     }
+    keep_from_call_words(tls);
     tls.unwound = 0;
     let (lo, hi) = alt_stack();
     tls.alt_lo = lo;
@@ -1176,7 +1180,18 @@ fn refill(tls: &mut Tls, block: &ThreadBlock, hint: usize, ts: u64) -> bool {
     tls.trace_pos = base + CHUNK_HEADER;
     tls.trace_tbase = tbase;
     tls.trace_cbase = cbase as usize;
+    keep_from_call_words(tls);
     true
+}
+
+/// INSTRFN_CALL_WORDS=off: a pin that no chunk has (no chunk ends at 1) keeps this thread's
+/// exit trampolines from making call words, at no cost to them. Set as the thread starts
+/// and as it takes a chunk (a fork child's thread starts without). No call word is being
+/// made then, so no pin of one is overwritten.
+fn keep_from_call_words(tls: &mut Tls) {
+    if NO_CALL_WORDS.load(Ordering::Relaxed) {
+        tls.trace_pin = 1;
+    }
 }
 
 /// Hands the chunk at `base` (0: none), whose events end at `end`, to the collector, unless

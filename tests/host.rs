@@ -339,22 +339,32 @@ fn trace_registers_survive_entry_and_exit() {
     const RECORDED: u64 = 10008;
     for exe in [&st, &dy] {
         for (kind, func) in [("2", "traced_mcount"), ("3", "traced_fentry")] {
-            for setting in [
-                ("INSTRFN_BUFSIZE", "1048576"),
-                ("INSTRFN_BUFSIZE", "4096"),
-                ("INSTRFN_TRACE_LIMIT", "100000"),
-                ("INSTRFN_EXITS", "0"),
-                ("INSTRFN_MIN_DURATION", "1s"),
+            // (With call words a full chunk is met by the next entry: the 4 KiB rows without
+            // them have the exits meet it too, their slow path with the registers checked; run
+            // also with every event one word later in its chunk, `shift`, so that chunks fill
+            // at exits whatever the parity of the events before the calls.)
+            let no_words = &[("INSTRFN_BUFSIZE", "4096"), ("INSTRFN_CALL_WORDS", "off")][..];
+            let mut opened_by_exits = 0;
+            for (settings, shift) in [
+                (&[("INSTRFN_BUFSIZE", "1048576")][..], false),
+                (&[("INSTRFN_BUFSIZE", "4096")][..], false),
+                (no_words, false),
+                (no_words, true),
+                (&[("INSTRFN_TRACE_LIMIT", "100000")][..], false),
+                (&[("INSTRFN_EXITS", "0")][..], false),
+                (&[("INSTRFN_MIN_DURATION", "1s")][..], false),
             ] {
+                let setting = settings[0];
                 let out_dir = dir.join("trace");
                 let _ = std::fs::remove_dir_all(&out_dir);
-                let env = [
+                let mut env = vec![
                     ("INSTRFN_MODE", "trace"),
                     ("INSTRFN_OUTPUT", out_dir.to_str().unwrap()),
-                    setting,
                 ];
-                let out = run_exe(X86_64, exe, &[kind], &env, &dir);
-                let context = format!("{} kind {kind} {}={}", exe.display(), setting.0, setting.1);
+                env.extend_from_slice(settings);
+                let args: &[&str] = if shift { &[kind, "shift"] } else { &[kind] };
+                let out = run_exe(X86_64, exe, args, &env, &dir);
+                let context = format!("{} kind {kind} {settings:?} shift {shift}", exe.display());
                 let expect = if exe == &st { "ok 10012" } else { "ok 10010" };
                 assert_eq!(
                     stdout_of(&out).trim(),
@@ -407,7 +417,27 @@ fn trace_registers_survive_entry_and_exit() {
                     }
                     _ => assert_eq!((entries, exits, lost), (RECORDED, RECORDED, 0), "{context}"),
                 }
+                if setting == ("INSTRFN_BUFSIZE", "4096") {
+                    let chunks = raw_chunks(&out_dir);
+                    let calls: u64 = chunks.iter().map(|c| c.calls).sum();
+                    let at_exits = chunks
+                        .iter()
+                        .filter(|c| c.seq > 0 && c.first_kind == 2)
+                        .count();
+                    if settings.len() == 1 {
+                        assert!(calls > RECORDED / 2, "{context}: {calls} call words");
+                    } else {
+                        assert_eq!(calls, 0, "{context}");
+                        opened_by_exits += at_exits;
+                    }
+                }
             }
+            // Chunks that an exit began: exits took the slow path at a full chunk.
+            assert!(
+                opened_by_exits > 0,
+                "{} kind {kind}: no chunk begun by an exit",
+                exe.display()
+            );
         }
     }
 }
@@ -854,6 +884,7 @@ fn bad_configuration_warns_and_uses_defaults() {
         ("INSTRFN_DUMP_SIGNAL", "KILL"),
         ("INSTRFN_MAX_ARCS", "-3"),
         ("INSTRFN_START", "maybe"),
+        ("INSTRFN_CALL_WORDS", "sometimes"),
         ("INSTRFN_COLLECTOR_NICE", "-5"),
     ];
     let out = run_exe(X86_64, &exe, &["2", "1000"], &bad, &dir);

@@ -263,6 +263,12 @@ fn aarch64_trace_exit_registers() {
             ("1", N, &[][..]),
             ("0", N, &[("INSTRFN_BUFSIZE", "4096")][..]),
             ("1", N, &[("INSTRFN_BUFSIZE", "4096")][..]),
+            // (Without call words every exit reserves its event, as before them.)
+            (
+                "0",
+                N,
+                &[("INSTRFN_BUFSIZE", "4096"), ("INSTRFN_CALL_WORDS", "off")][..],
+            ),
             ("2", 40, &[][..]),
             ("0", N, &[("INSTRFN_MIN_DURATION", "1s")][..]),
         ] {
