@@ -722,10 +722,11 @@ fn riscv64_trace_survives_a_traced_handler_at_every_instruction() {
 
 /// Compact events on riscv64 (docs/trace-format.md, chunk version 2), as on aarch64
 /// (tests/trace_aarch64.rs): compact.c under qemu, every call once, balanced, named, the sleep
-/// as long as measured. qemu's rdtime runs at 10 MHz (2^30 ticks: 107 s), so the events after
-/// the sleep are short; qemu-riscv64 maps the library out of the code base's reach, so its
-/// 2N + 2 events are long (4004 short and 2002 long when this was written; a call site's first
-/// call goes through the slow path, which writes short events too where they fit).
+/// as long as measured. qemu-user runs rdtime at the host's time stamp counter rate (2.4 GHz
+/// here: 2^30 ticks are 0.44 s, as the meta file's clock lines say), so the 2N + 2 events after
+/// the 1 s sleep are long, and the library's are short (qemu maps it within the code base's
+/// reach): 4004 short and 2002 long when this was written (a call site's first call goes
+/// through the slow path, which writes short events too where they fit).
 #[test]
 fn riscv64_compact_events_take_the_long_form_where_they_must() {
     const N: u64 = 1000;
