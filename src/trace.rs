@@ -75,7 +75,8 @@ pub mod layout {
     /// d the call's length in ticks (12 bits), f the function - code base - EV_CALL_FN_OFFSET
     /// (23 bits: 4 MiB on either side of the code base's middle). Written by the x86_64 exit
     /// trampolines and `__cyg_profile_func_exit` (asm/x86_64.s MERGE_CALL) and aarch64's mcount
-    /// exit trampoline (asm/aarch64.s MERGE_CALL) where all three fit. The events a reader gets from it are the entry and exit it replaces, in place.
+    /// exit trampoline (asm/aarch64.s MERGE_CALL) where all three fit; not on riscv64 and
+    /// s390x. The events a reader gets from it are the entry and exit it replaces, in place.
     #[cfg_attr(
         not(any(target_arch = "x86_64", target_arch = "aarch64")),
         allow(dead_code)
@@ -1196,7 +1197,8 @@ fn keep_from_call_words(tls: &mut Tls) {
 
 /// Hands the chunk at `base` (0: none), whose events end at `end`, to the collector, unless
 /// this thread's `trace_pin` holds it: an exit trampoline that the running code (a signal
-/// handler) interrupted is about to store a call word into it (asm/x86_64.s MERGE_CALL).
+/// handler) interrupted is about to store a call word into it (MERGE_CALL in asm/x86_64.s and
+/// asm/aarch64.s).
 /// Such a chunk waits in the block's `pinned` until a later call finds the pin gone. At most
 /// one chunk is pinned at a time.
 fn retire_chunk(tls: &Tls, t: &BlockTrace, base: usize, end: usize) {
