@@ -77,28 +77,20 @@ pub mod layout {
     /// trampolines and `__cyg_profile_func_exit` (asm/x86_64.s MERGE_CALL) and aarch64's mcount
     /// exit trampoline (asm/aarch64.s MERGE_CALL) where all three fit; not on riscv64 and
     /// s390x. The events a reader gets from it are the entry and exit it replaces, in place.
+    pub use call_words::*;
     #[cfg_attr(
         not(any(target_arch = "x86_64", target_arch = "aarch64")),
         allow(dead_code)
     )]
-    pub const EV_CALL_MARK: usize = 0x80;
-    #[cfg_attr(
-        not(any(target_arch = "x86_64", target_arch = "aarch64")),
-        allow(dead_code)
-    )]
-    pub const EV_CALL_T0_BITS: usize = 26;
-    #[cfg_attr(
-        not(any(target_arch = "x86_64", target_arch = "aarch64")),
-        allow(dead_code)
-    )]
-    pub const EV_CALL_DUR_BITS: usize = 12;
-    #[cfg_attr(
-        not(any(target_arch = "x86_64", target_arch = "aarch64")),
-        allow(dead_code)
-    )]
-    pub const EV_CALL_FN_BITS: usize = 23;
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    pub const EV_CALL_FN_OFFSET: u64 = EV_CODE_HALF - (1 << (EV_CALL_FN_BITS - 1));
+    mod call_words {
+        pub const EV_CALL_MARK: usize = 0x80;
+        pub const EV_CALL_T0_BITS: usize = 26;
+        pub const EV_CALL_DUR_BITS: usize = 12;
+        pub const EV_CALL_FN_BITS: usize = 23;
+        /// (Only x86_64 subtracts it as such; aarch64 flips bit 31 and adds 2^22.)
+        #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+        pub const EV_CALL_FN_OFFSET: u64 = super::EV_CODE_HALF - (1 << (EV_CALL_FN_BITS - 1));
+    }
     const _: () = assert!(EV_CALL_T0_BITS + EV_CALL_DUR_BITS + EV_CALL_FN_BITS == 61);
     const _: () = assert!(EV_CALL_T0_BITS <= EV_TIME_BITS);
 }
@@ -229,9 +221,10 @@ impl BlockTrace {
 /// Bytes of a thread's sink, its zero header included.
 const SINK_BYTES: usize = 16 << 10;
 
-/// The record-time filters (before [`start`]): INSTRFN_DEPTH (the shadow stack then holds
-/// that many entries, and deeper calls are dropped) and INSTRFN_MIN_DURATION (ns; the exit
-/// trampoline takes back the entries of shorter calls where the architecture supports it).
+/// The record-time settings (before [`start`]): INSTRFN_DEPTH (the shadow stack then holds
+/// that many entries, and deeper calls are dropped), INSTRFN_MIN_DURATION (ns; the exit
+/// trampoline takes back the entries of shorter calls where the architecture supports it) and
+/// INSTRFN_CALL_WORDS (off: see [`keep_from_call_words`]).
 pub fn configure_filters(depth: usize, min_ns: u64, call_words: bool) {
     DROP_DEEP.store(depth > 0, Ordering::Relaxed);
     NO_CALL_WORDS.store(!call_words, Ordering::Relaxed);

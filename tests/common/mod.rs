@@ -1465,63 +1465,69 @@ pub fn build_exit_window(arch: Arch, dir: &Path) -> PathBuf {
     link_runtime(arch, dir, &obj, &[], "exit_window", Runtime::Static)
 }
 
-/// INSTRFN_MIN_DURATION's take-back held up at its one critical instruction (exit_window.c
-/// `take-back`, built for `arch`): 16 windows of 30-45 handler rounds that fill 4 KiB chunks,
-/// which the runtime retires, commits and reuses while the interrupted trampoline goes on, with
-/// the collector off (the thread commits and reuses them at once) and on; every event in the
-/// trace exactly once ([`exit_window_run`]).
-pub fn take_back_rounds(arch: Arch) {
-    let dir = workdir(&format!("{}-trace-take-back", arch.name));
+/// exit_window.c in `mode`, built for `arch`, with the handler's 30-45 rounds filling 4 KiB
+/// chunks at the window (entries beyond depth 4 left without exit, so that they cannot be
+/// taken back), which the runtime retires, commits and reuses while the interrupted
+/// trampoline goes on, with the collector off (the thread commits and reuses them at once)
+/// and on; `extra` added to the environment; every event in the trace exactly once
+/// ([`exit_window_run`]). Calls `after` with the trace directory and the windows reached.
+fn window_rounds(
+    arch: Arch,
+    mode: &str,
+    extra: &[(&str, &str)],
+    min_windows: u64,
+    after: impl Fn(&Path, u64, &str),
+) {
+    let dir = workdir(&format!("{}-trace-{mode}-window", arch.name));
     let exe = build_exit_window(arch, &dir);
     for collector in ["off", "on"] {
-        let env = [
-            ("INSTRFN_BUFSIZE", "4096"),
-            ("INSTRFN_MAX_DEPTH", "4"),
-            ("INSTRFN_MIN_DURATION", "10s"),
-            ("INSTRFN_COLLECTOR", collector),
-        ];
-        let context = format!("{} take-back INSTRFN_COLLECTOR={collector}", arch.name);
-        exit_window_run(
-            arch,
-            &exe,
-            "take-back",
-            |i| 30 + i,
-            &env,
-            &dir,
-            &context,
-            16,
-        );
-    }
-}
-
-/// The exit trampoline's call word held up at its store (exit_window.c `merge`, built for
-/// `arch`): 16 windows (at least `min_windows` reached) of 30-45 handler rounds that fill 4 KiB
-/// chunks, which the runtime retires, commits and reuses while the trampoline's pin holds the
-/// chunk the word goes into, with the collector off (at once, on that thread) and on; every
-/// event in the trace exactly once ([`exit_window_run`]), a call word for each window.
-pub fn merge_window_rounds(arch: Arch, min_windows: u64) {
-    let dir = workdir(&format!("{}-trace-merge-window", arch.name));
-    let exe = build_exit_window(arch, &dir);
-    for collector in ["off", "on"] {
-        let env = [
+        let mut env = vec![
             ("INSTRFN_BUFSIZE", "4096"),
             ("INSTRFN_MAX_DEPTH", "4"),
             ("INSTRFN_COLLECTOR", collector),
         ];
-        let context = format!("{} merge INSTRFN_COLLECTOR={collector}", arch.name);
+        env.extend_from_slice(extra);
+        let context = format!("{} {mode} INSTRFN_COLLECTOR={collector}", arch.name);
         let windows = exit_window_run(
             arch,
             &exe,
-            "merge",
+            mode,
             |i| 30 + i,
             &env,
             &dir,
             &context,
             min_windows,
         );
-        let calls: u64 = raw_chunks(&dir.join("trace")).iter().map(|c| c.calls).sum();
-        assert!(calls >= windows, "{context}: {calls} call words");
+        after(&dir.join("trace"), windows, &context);
     }
+}
+
+/// INSTRFN_MIN_DURATION's take-back held up at its one critical instruction (exit_window.c
+/// `take-back`): every one of the 16 windows, every event once ([`window_rounds`]).
+pub fn take_back_rounds(arch: Arch) {
+    window_rounds(
+        arch,
+        "take-back",
+        &[("INSTRFN_MIN_DURATION", "10s")],
+        16,
+        |_, _, _| {},
+    );
+}
+
+/// The exit trampoline's call word held up at its store (exit_window.c `merge`) while the
+/// trampoline's pin holds the chunk the word goes into: at least `min_windows` of the 16
+/// windows, every event once ([`window_rounds`]), a call word for each window.
+pub fn merge_window_rounds(arch: Arch, min_windows: u64) {
+    window_rounds(
+        arch,
+        "merge",
+        &[],
+        min_windows,
+        |trace, windows, context| {
+            let calls: u64 = raw_chunks(trace).iter().map(|c| c.calls).sum();
+            assert!(calls >= windows, "{context}: {calls} call words");
+        },
+    );
 }
 
 /// The sweeps' rounds: one traced call per handler, walking; 40+ rounds with 4 KiB chunks and
