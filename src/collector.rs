@@ -11,7 +11,8 @@
 //! ([`crate::trace::commit`]), clears it and puts it back in the pool. The data path stays
 //! crash-safe: events go straight into shared file mappings, whose pages belong to the page
 //! cache the moment they are stored to, and readers read both files. If the pool is empty (the
-//! collector is behind, or not running), the thread maps a new staging chunk itself; with no
+//! collector is behind, or not running), the thread commits a retired chunk itself and fills
+//! it next ([`commit_one_retired`]), or, if none is waiting, maps a new staging chunk; with no
 //! collector it also commits its own chunks: slower, never blocked, nothing lost.
 //!
 //! The thread is made with a raw `clone` (the flags of a pthread, all signals blocked), not
@@ -603,6 +604,31 @@ pub fn retire(base: usize, end: usize) {
     if crate::trace::all_written(base, end) {
         commit_and_recycle(base);
     }
+}
+
+/// For a thread that found the pool empty: commits a chunk waiting for the collector (one
+/// whose events are all written) and returns it, cleared, for the thread to fill next (0 if
+/// there is none). Where the program keeps every CPU busy, the collector (nice 19) falls
+/// behind; a `pwrite` of a chunk costs the thread about a fifth of what mapping fresh pages
+/// of the staging file costs (scripts/bench/pagecache.c: `fpwrite` against `populate`), and
+/// the staging file stops growing. Raw system calls only, as [`crate::trace::commit`].
+pub fn commit_one_retired() -> usize {
+    for (r, e) in RETIRE.iter().zip(&RETIRE_END) {
+        let base = r.load(Ordering::Acquire);
+        if base > CLAIMED
+            && crate::trace::all_written(base, e.load(Ordering::Relaxed))
+            && r.compare_exchange(base, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            if crate::trace::commit(base) {
+                return base;
+            }
+            // The events file cannot grow: the chunk stays in the staging file as it is.
+            unmap(base, crate::trace::chunk_bytes());
+            return 0;
+        }
+    }
+    0
 }
 
 /// Commits the retired chunks whose events are all written.

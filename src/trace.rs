@@ -1107,11 +1107,16 @@ fn refill(tls: &mut Tls, block: &ThreadBlock, hint: usize, ts: u64) -> bool {
             set_full(0);
         } else {
             base = crate::collector::take();
-            if base == 0
-                && let Some(b) = new_chunk()
-            {
-                crate::collector::prepared_by_thread();
-                base = b;
+            if base == 0 {
+                base = crate::collector::commit_one_retired();
+                if base == 0
+                    && let Some(b) = new_chunk()
+                {
+                    base = b;
+                }
+                if base != 0 {
+                    crate::collector::prepared_by_thread();
+                }
             }
         }
     }
