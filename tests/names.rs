@@ -528,3 +528,118 @@ fn guest_paths_of_another_machine_stay_raw() {
     );
     assert_eq!(names.get("local").map(|r| r.0), Some(N), "{names:?}");
 }
+
+#[test]
+fn stripped_executables_take_names_from_their_debug_file() {
+    // calltree.c, 2 threads x 10 rounds, stripped (`strip --strip-all`: no .symtab, and its
+    // functions are not exported) with its symbols kept apart (`objcopy --only-keep-debug`)
+    // and named by a .gnu_debuglink: the report names every function from the debug file,
+    // with exact calls, and says nothing. Without the debug file, or with the debug file of
+    // another build (another build-id; without build-ids, another CRC-32), the calls are the
+    // same, shown as addresses, and it says so once, naming the file. The same with no
+    // build-id and the right debug file (the CRC-32 matches): named.
+    const T: u64 = 2;
+    const K: u64 = 10;
+    let expected = [
+        ("main", 1),
+        ("run", T),
+        ("a", T * K),
+        ("b", 2 * T * K),
+        ("c", 2 * T * K),
+    ];
+    let dir = workdir("names-stripped");
+    require_tool("objcopy");
+    require_tool("strip");
+    let build = |name: &str, flags: &[&str]| -> PathBuf {
+        let mut args: Vec<&OsStr> = ["-O2", "-pg"].iter().map(OsStr::new).collect();
+        args.extend(flags.iter().map(OsStr::new));
+        let src = fixture("c/calltree.c");
+        args.push(src.as_os_str());
+        args.push(OsStr::new("-lpthread"));
+        cc(X86_64, &args, &dir.join(name))
+    };
+    let tool = |name: &str, args: &[&OsStr]| {
+        run_ok(Command::new(name).args(args).current_dir(&dir));
+    };
+    // Stripped `exe`, its debug file beside it as `exe.debug`, and a debug link to that.
+    let split = |exe: &Path| {
+        let debug = exe.with_extension("debug");
+        tool(
+            "objcopy",
+            &[
+                OsStr::new("--only-keep-debug"),
+                exe.as_os_str(),
+                debug.as_os_str(),
+            ],
+        );
+        tool("strip", &[OsStr::new("--strip-all"), exe.as_os_str()]);
+        let link = format!("--add-gnu-debuglink={}", debug.display());
+        tool("objcopy", &[OsStr::new(&link), exe.as_os_str()]);
+        debug
+    };
+    let check = |trace: &Path, exe: &Path, named: bool, context: &str| {
+        let (doc, stderr) = report(trace, &[]);
+        let names = rows(&doc);
+        let exe_name = exe.display().to_string();
+        let said = lines_naming(&stderr, &exe_name);
+        if named {
+            for (f, calls) in expected {
+                assert_eq!(
+                    names.get(f).map(|r| r.0),
+                    Some(calls),
+                    "{context}: {f}: {names:?}"
+                );
+            }
+            assert!(said.is_empty(), "{context}: {stderr}");
+        } else {
+            assert!(
+                expected.iter().all(|(f, _)| !names.contains_key(*f)),
+                "{context}: named without symbols: {names:?}"
+            );
+            let mut raw: Vec<u64> = names
+                .iter()
+                .filter(|(n, _)| n.starts_with("0x"))
+                .map(|(_, r)| r.0)
+                .collect();
+            raw.sort();
+            let mut want: Vec<u64> = expected.iter().map(|e| e.1).collect();
+            want.sort();
+            assert_eq!(raw, want, "{context}: the calls as addresses: {names:?}");
+            assert_eq!(said.len(), 1, "{context}: said once: {stderr}");
+            assert!(said[0].contains("stripped"), "{context}: {}", said[0]);
+        }
+    };
+    let args = [T.to_string(), K.to_string()];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+
+    // With a build-id (gcc's default here).
+    let exe = build("calltree", &[]);
+    let debug = split(&exe);
+    let trace = record(&dir, &exe, &args);
+    check(&trace, &exe, true, "debug file beside it");
+    let away = dir.join("away.debug");
+    std::fs::rename(&debug, &away).unwrap();
+    check(&trace, &exe, false, "no debug file");
+    // Another build's debug file (-O1: other code, another build-id) in its place.
+    let other = build("other", &["-O1"]);
+    let other_debug = split(&other);
+    std::fs::rename(&other_debug, &debug).unwrap();
+    check(&trace, &exe, false, "another build's debug file");
+    std::fs::rename(&away, &debug).unwrap();
+    check(&trace, &exe, true, "the debug file back");
+
+    // Without build-ids: the debug link's CRC-32 decides.
+    let exe = build("nobuildid", &["-Wl,--build-id=none"]);
+    let debug = split(&exe);
+    let trace = record(&dir, &exe, &args);
+    check(&trace, &exe, true, "no build-id, the right debug file");
+    let other = build("nobuildid-other", &["-O1", "-Wl,--build-id=none"]);
+    let other_debug = split(&other);
+    std::fs::rename(&other_debug, &debug).unwrap();
+    check(
+        &trace,
+        &exe,
+        false,
+        "no build-id, another build's debug file",
+    );
+}

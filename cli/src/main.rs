@@ -367,7 +367,7 @@ fn dump(dir: &Path, raw: bool) -> Result<ExitCode, String> {
                     Kind::Lost => format!("{} events", e.value),
                     _ => match symbols.as_ref().map(|s| s.find(e.value, e.ts)) {
                         Some(Found::Symbol(name)) => name.to_string(),
-                        Some(Found::Untrusted(problem)) => {
+                        Some(Found::Untrusted(problem) | Found::Stripped(problem)) => {
                             names::warn(problem);
                             format!("{:#x}", e.value)
                         }

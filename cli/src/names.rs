@@ -81,7 +81,7 @@ impl Names {
         match self.symbols.find(addr, self.when(ts)) {
             Found::Symbol(n) if self.demangle => demangle(n),
             Found::Symbol(n) => n.to_string(),
-            Found::Untrusted(problem) => {
+            Found::Untrusted(problem) | Found::Stripped(problem) => {
                 warn(problem);
                 format!("{addr:#x}")
             }

@@ -64,6 +64,9 @@ pub enum Found<'a> {
     Symbol(&'a str),
     /// In a module whose file can no longer be used (see [`Problem`]).
     Untrusted(&'a Problem),
+    /// In a module without a symbol table (stripped, and no separate debug file has one),
+    /// and no exported symbol covers it.
+    Stripped(&'a Problem),
     /// No module holds it, or no symbol of its module covers it.
     Unknown,
 }
@@ -72,6 +75,8 @@ pub enum Found<'a> {
 struct Loaded {
     syms: Vec<SymbolRange>,
     problem: Option<Problem>,
+    /// Why the module has only its dynamic symbols, if it has no others.
+    stripped: Option<Problem>,
     /// The file's contents, for its line table (or the separate debug file's).
     data: Option<Arc<Vec<u8>>>,
     lines: Mutex<Option<Option<addr2line::Context<Reader>>>>,
@@ -127,6 +132,7 @@ impl Symbols {
                 why,
                 said: AtomicBool::new(false),
             }),
+            stripped: None,
             data: None,
             lines: Mutex::new(Some(None)),
         };
@@ -155,18 +161,31 @@ impl Symbols {
         {
             return failed(why);
         }
-        let mut syms: Vec<SymbolRange> = file
-            .symbols()
-            .chain(file.dynamic_symbols())
-            .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0)
-            .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
-            .collect();
+        let mut syms = text_symbols(file.symbols().chain(file.dynamic_symbols()));
+        let mut stripped = None;
+        if file.section_by_name(".symtab").is_none() {
+            // Stripped: the symbols of its separate debug file, if it has one (a -dbgsym
+            // package's, `objcopy --only-keep-debug`'s).
+            match debug_symbols(&m.path, &file) {
+                Some(more) => syms.extend(more),
+                None => {
+                    stripped = Some(Problem {
+                        path: m.path.clone(),
+                        why: "has no symbol table (stripped), nor a separate debug file \
+                              (build-id or .gnu_debuglink, under /usr/lib/debug or beside it)"
+                            .into(),
+                        said: AtomicBool::new(false),
+                    })
+                }
+            }
+        }
         syms.sort_by_key(|s| (s.0, std::cmp::Reverse(s.1)));
         syms.dedup_by_key(|s| s.0);
         drop(file);
         Loaded {
             syms,
             problem: None,
+            stripped,
             data: Some(Arc::new(data)),
             lines: Mutex::new(None),
         }
@@ -193,9 +212,10 @@ impl Symbols {
         if let Some(p) = &l.problem {
             return Found::Untrusted(p);
         }
-        match symbol(&l.syms, addr.wrapping_sub(m.bias)) {
-            Some((_, name)) => Found::Symbol(name),
-            None => Found::Unknown,
+        match (symbol(&l.syms, addr.wrapping_sub(m.bias)), &l.stripped) {
+            (Some((_, name)), _) => Found::Symbol(name),
+            (None, Some(p)) => Found::Stripped(p),
+            (None, None) => Found::Unknown,
         }
     }
 
@@ -231,11 +251,13 @@ impl Symbols {
         })
     }
 
-    /// The problems of the modules read so far.
+    /// The problems of the modules read so far (files that cannot be used, and stripped
+    /// ones).
     pub fn problems(&self) -> impl Iterator<Item = &Problem> {
-        self.modules
-            .iter()
-            .filter_map(|m| m.loaded.get()?.problem.as_ref())
+        self.modules.iter().filter_map(|m| {
+            let l = m.loaded.get()?;
+            l.problem.as_ref().or(l.stripped.as_ref())
+        })
     }
 }
 
@@ -311,6 +333,60 @@ fn dwarf_context(path: &Path, data: &[u8]) -> Option<addr2line::Context<Reader>>
     let debug = std::fs::read(debug).ok()?;
     let file = object::File::parse(&*debug).ok()?;
     context_of(&file)
+}
+
+/// The function symbols among `symbols`: (start, size, name).
+fn text_symbols<'d: 'f, 'f>(
+    symbols: impl Iterator<Item = object::Symbol<'d, 'f>>,
+) -> Vec<SymbolRange> {
+    symbols
+        .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0)
+        .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
+        .collect()
+}
+
+/// The function symbols of the separate debug file of the stripped `file` (at `path`), if it
+/// has one that is its own: the same build-id, or (where `file` has none) the CRC-32 its
+/// `.gnu_debuglink` names, and the same machine. Its addresses are the file's link-time
+/// addresses.
+fn debug_symbols(path: &Path, file: &object::File) -> Option<Vec<SymbolRange>> {
+    let debug_path = debug_file(path, file)?;
+    let data = std::fs::read(&debug_path).ok()?;
+    let debug = object::File::parse(&*data).ok()?;
+    if debug.architecture() != file.architecture() {
+        return None;
+    }
+    match (file.build_id().ok()?, debug.build_id().ok()?) {
+        (Some(a), Some(b)) if a != b => return None,
+        (Some(_), Some(_)) => {}
+        _ => {
+            let (_, crc) = file.gnu_debuglink().ok()??;
+            if crc32(&data) != crc {
+                return None;
+            }
+        }
+    }
+    debug.section_by_name(".symtab")?;
+    Some(text_symbols(debug.symbols()))
+}
+
+/// CRC-32 (IEEE 802.3, reflected: zlib's), which `.gnu_debuglink` records of the debug file.
+fn crc32(data: &[u8]) -> u32 {
+    let mut table = [0u32; 256];
+    for (i, t) in table.iter_mut().enumerate() {
+        let mut c = i as u32;
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                0xedb8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
+        }
+        *t = c;
+    }
+    !data.iter().fold(!0u32, |c, &b| {
+        table[((c ^ b as u32) & 0xff) as usize] ^ (c >> 8)
+    })
 }
 
 /// Where a separate debug file of `file` would be: /usr/lib/debug/.build-id/xx/yyyy.debug,
@@ -390,6 +466,12 @@ mod tests {
         );
         assert_eq!(demangle("main"), "main");
         assert_eq!(demangle("_Zbogus"), "_Zbogus");
+    }
+
+    #[test]
+    fn crc32_is_zlib_s() {
+        assert_eq!(crc32(b""), 0);
+        assert_eq!(crc32(b"123456789"), 0xcbf4_3926);
     }
 
     #[test]
