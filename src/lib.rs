@@ -42,6 +42,7 @@ mod runtime;
 mod sampler;
 mod thread;
 mod trace;
+mod tracefile;
 mod xray;
 
 pub use runtime::{

@@ -29,6 +29,7 @@ use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering
 
 use crate::sys::{self, Bytes, StackBuf};
 use crate::thread::{ThreadBlock, Tls};
+use crate::tracefile::TraceFile;
 use crate::{arch, process};
 
 /// Offsets and constants the assembly shares (see the `{SH_*}` and `{EV_*}` operands).
@@ -122,10 +123,10 @@ const HDR_CBASE: usize = 40;
 
 /// The trace of this process image: its files and how far they have grown.
 struct Session {
-    events_fd: AtomicI32,
-    meta_fd: AtomicI32,
+    events: TraceFile,
+    meta: TraceFile,
     /// The staging file: the chunks threads write in, reused once committed.
-    stage_fd: AtomicI32,
+    stage: TraceFile,
     /// Chunks committed to the events file so far (the next one's index there).
     committed: AtomicU64,
     /// Chunks of the staging file made so far (the next one's index there).
@@ -141,9 +142,9 @@ struct Session {
 }
 
 static SESSION: Session = Session {
-    events_fd: AtomicI32::new(-1),
-    meta_fd: AtomicI32::new(-1),
-    stage_fd: AtomicI32::new(-1),
+    events: TraceFile::new(b".events", libc::O_WRONLY),
+    meta: TraceFile::new(b".meta", libc::O_WRONLY | libc::O_APPEND),
+    stage: TraceFile::new(b".stage", libc::O_RDWR),
     committed: AtomicU64::new(0),
     staged: AtomicU64::new(0),
     handed: AtomicU64::new(0),
@@ -255,7 +256,7 @@ fn ns_to_ticks(ns: u64) -> u64 {
 
 /// Whether this process traces.
 pub fn active() -> bool {
-    SESSION.events_fd.load(Ordering::Relaxed) >= 0
+    SESSION.events.raw() >= 0
 }
 
 /// Opens the trace files of this image in `dir` and writes the meta header. Start-up (async-
@@ -324,8 +325,9 @@ pub fn start(dir: &[u8], chunk_bytes: usize, limit: u64, depth: usize, exits: bo
         }
         return false;
     }
-    SESSION.meta_fd.store(meta, Ordering::Relaxed);
-    SESSION.stage_fd.store(stage, Ordering::Relaxed);
+    crate::tracefile::set_path(dir, name.as_bytes());
+    let meta = SESSION.meta.set(meta);
+    SESSION.stage.set(stage);
     META_BYTES.store(0, Ordering::Relaxed);
     META_RESERVED.store(0, Ordering::Relaxed);
     reserve_meta(meta);
@@ -334,7 +336,7 @@ pub fn start(dir: &[u8], chunk_bytes: usize, limit: u64, depth: usize, exits: bo
         arch::set_mode(2);
     }
     write_header();
-    SESSION.events_fd.store(events, Ordering::Release);
+    SESSION.events.set(events);
     crate::collector::start();
     true
 }
@@ -726,7 +728,7 @@ impl MetaLine {
             return;
         }
         self.buf.push(b"\n");
-        let fd = SESSION.meta_fd.load(Ordering::Relaxed);
+        let fd = SESSION.meta.get();
         if fd >= 0 {
             let _ = sys::write_all(fd, self.buf.as_bytes());
             let end = META_BYTES.fetch_add(self.buf.as_bytes().len() as u64, Ordering::Relaxed);
@@ -772,7 +774,7 @@ fn reserve_meta(fd: c_int) {
 
 /// Gives back the meta file's blocks reserved beyond its end (at the end of the trace).
 fn release_meta() {
-    let fd = SESSION.meta_fd.load(Ordering::Relaxed);
+    let fd = SESSION.meta.get();
     let (end, reserved) = (
         META_BYTES.load(Ordering::Relaxed),
         META_RESERVED.load(Ordering::Relaxed),
@@ -951,8 +953,13 @@ fn set_full(errno: i32) {
 /// why is kept for [`refill`] to say).
 pub(crate) fn new_chunk() -> Option<usize> {
     use crate::collector::syscall;
-    let fd = SESSION.stage_fd.load(Ordering::Acquire);
-    if fd < 0 || SESSION.full.load(Ordering::Relaxed) {
+    if SESSION.full.load(Ordering::Relaxed) || SESSION.stage.raw() < 0 {
+        return None;
+    }
+    let fd = SESSION.stage.get();
+    if fd < 0 {
+        // The program closed it and the file cannot be opened again.
+        set_full(libc::EBADF);
         return None;
     }
     let size = CHUNK_BYTES.load(Ordering::Relaxed);
@@ -1033,8 +1040,12 @@ pub(crate) fn new_chunk() -> Option<usize> {
 /// (the collector, or a thread retiring its chunk when there is no collector).
 pub(crate) fn commit(base: usize) -> bool {
     use crate::collector::syscall;
-    let fd = SESSION.events_fd.load(Ordering::Acquire);
+    if SESSION.events.raw() < 0 {
+        return false;
+    }
+    let fd = SESSION.events.get();
     if fd < 0 {
+        set_full(libc::EBADF);
         return false;
     }
     let size = CHUNK_BYTES.load(Ordering::Relaxed);
@@ -2004,8 +2015,8 @@ pub fn flush() -> c_int {
     }
     note_modules();
     let mut result = 0;
-    for fd in [&SESSION.events_fd, &SESSION.stage_fd, &SESSION.meta_fd] {
-        let fd = fd.load(Ordering::Relaxed);
+    for file in [&SESSION.events, &SESSION.stage, &SESSION.meta] {
+        let fd = file.get();
         // SAFETY: fdatasync of our own descriptor.
         if fd >= 0 && unsafe { libc::fdatasync(fd) } != 0 && result == 0 {
             result = sys::errno();
@@ -2026,6 +2037,13 @@ pub fn finish() {
         flush_lost(tls, block);
     }
     note_modules();
+    let reopened = crate::tracefile::take_reopened();
+    if reopened > 0 {
+        message!(
+            "the program closed {reopened} descriptors of the trace files; the files were \
+             opened again (nothing written through the numbers the program reuses)"
+        );
+    }
     let (tid, cpu_ns, prepared, by_threads) = crate::collector::finish();
     meta(format_args!(
         "collector {tid} {cpu_ns} {prepared} {by_threads}"
@@ -2045,8 +2063,9 @@ pub fn after_fork(dir: &[u8]) {
     if !active() {
         return;
     }
-    for fd in [&SESSION.events_fd, &SESSION.stage_fd, &SESSION.meta_fd] {
-        let old = fd.swap(-1, Ordering::Relaxed);
+    for file in [&SESSION.events, &SESSION.stage, &SESSION.meta] {
+        // Only if still ours (a descriptor the program closed may be the program's now).
+        let old = file.take();
         if old >= 0 {
             // SAFETY: our own descriptors (the parent keeps its copies).
             unsafe { libc::close(old) };

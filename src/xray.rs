@@ -1499,6 +1499,10 @@ fn unpatch(o: &mut Object, w: &mut Writer) {
 /// PROT_EXEC) where that does not work.
 struct Writer {
     mem: i32,
+    /// What `mem` was opened as (src/tracefile.rs: the program may close any descriptor
+    /// and reuse its number for a file of its own, which a pwrite at a code address would
+    /// damage; it is checked before each write).
+    mem_id: (u64, u64),
     /// Whether the current object's segments are writable now (mprotect route).
     open: bool,
 }
@@ -1507,35 +1511,58 @@ impl Writer {
     fn new() -> Writer {
         Writer {
             mem: -1,
+            mem_id: (0, 0),
             open: false,
         }
     }
 
     fn begin(&mut self, o: &Object) {
         if ROUTE.load(Ordering::Relaxed) == 0 && self.mem < 0 {
-            // SAFETY: openat(2) of a constant path.
-            let fd = unsafe {
-                syscall(
-                    libc::SYS_openat,
-                    [
-                        libc::AT_FDCWD as isize as usize,
-                        c"/proc/self/mem".as_ptr() as usize,
-                        (libc::O_RDWR | libc::O_CLOEXEC) as usize,
-                        0,
-                        0,
-                        0,
-                    ],
-                )
-            };
-            if fd < 0 {
-                ROUTE.store(1, Ordering::Relaxed);
-            } else {
-                self.mem = fd as i32;
-            }
+            self.open_mem();
         }
         if ROUTE.load(Ordering::Relaxed) == 1 {
             self.writable(o, true);
         }
+    }
+
+    /// Opens /proc/self/mem (at a high descriptor), or takes the mprotect route if it cannot.
+    fn open_mem(&mut self) {
+        // SAFETY: openat(2) of a constant path.
+        let fd = unsafe {
+            syscall(
+                libc::SYS_openat,
+                [
+                    libc::AT_FDCWD as isize as usize,
+                    c"/proc/self/mem".as_ptr() as usize,
+                    (libc::O_RDWR | libc::O_CLOEXEC) as usize,
+                    0,
+                    0,
+                    0,
+                ],
+            )
+        };
+        if fd < 0 {
+            ROUTE.store(1, Ordering::Relaxed);
+        } else {
+            let fd = crate::tracefile::move_high(fd as i32);
+            match crate::tracefile::identity(fd) {
+                Ok(id) => {
+                    self.mem = fd;
+                    self.mem_id = id;
+                }
+                Err(_) => {
+                    // Cannot be checked later: not used.
+                    // SAFETY: the descriptor just opened.
+                    unsafe { syscall(libc::SYS_close, [fd as usize, 0, 0, 0, 0, 0]) };
+                    ROUTE.store(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Whether `mem` is still the /proc/self/mem this writer opened.
+    fn mem_is_ours(&self) -> bool {
+        self.mem >= 0 && crate::tracefile::identity(self.mem) == Ok(self.mem_id)
     }
 
     fn end(&mut self, o: &Object) {
@@ -1592,6 +1619,15 @@ impl Writer {
         if self.mem < 0 {
             return false;
         }
+        if !self.mem_is_ours() {
+            // The program closed it (its number may be a file of the program's now: left
+            // alone). Opened again.
+            self.mem = -1;
+            self.open_mem();
+            if self.mem < 0 {
+                return false;
+            }
+        }
         // SAFETY: pwrite64(2) of our own bytes into our own memory at a sled.
         let n = unsafe {
             syscall(
@@ -1618,7 +1654,7 @@ impl Writer {
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        if self.mem >= 0 {
+        if self.mem_is_ours() {
             // SAFETY: our own descriptor.
             unsafe { syscall(libc::SYS_close, [self.mem as usize, 0, 0, 0, 0, 0]) };
         }

@@ -2560,6 +2560,62 @@ fn trace_collector_prepares_chunks_and_is_optional() {
 }
 
 #[test]
+fn trace_files_survive_a_program_that_closes_every_descriptor() {
+    // closefds.c closes every descriptor above 2 after main's entry opened the trace (a loop
+    // to _SC_OPEN_MAX, and close_range), then writes a file of its own at the lowest number
+    // and dup2s it to 1000-1009 (where the trace's descriptors were), runs two threads and a
+    // fork child. Its file must stay exactly what it wrote and its descriptors open (in the
+    // child too: a fork child closes the parent's trace descriptors, only if they are still
+    // the trace's); the trace must be whole, with the collector and without (threads then
+    // commit through the descriptors themselves), and say once that the files were reopened.
+    // Before the descriptors were checked, the file got the meta lines (and the trace lost
+    // everything after the close).
+    const N: u64 = 200_000;
+    let dir = workdir("trace-closefds");
+    let exe = build_c(&dir, "closefds.c", &[], Link::Preload);
+    for how in ["loop", "range"] {
+        for collector in ["on", "off"] {
+            let context = format!("closefds {how}, INSTRFN_COLLECTOR={collector}");
+            let _ = std::fs::remove_file(dir.join("user.dat"));
+            let (out, trace) = record_trace(
+                &exe,
+                &[how, &N.to_string()],
+                &[
+                    ("INSTRFN_BUFSIZE", "65536"),
+                    ("INSTRFN_COLLECTOR", collector),
+                ],
+                &dir,
+            );
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(stdout.contains("closefds ok"), "{context}: {stdout}");
+            let stderr = stderr_of(&out);
+            let said: Vec<&str> = stderr
+                .lines()
+                .filter(|l| l.contains("descriptors of the trace files"))
+                .collect();
+            assert_eq!(
+                said.len(),
+                1,
+                "{context}: said once by the parent: {stderr}"
+            );
+            assert!(stderr.contains(" 0 lost"), "{context}: {stderr}");
+            let procs = instrfn_dump(&trace);
+            assert_eq!(procs.len(), 2, "{context}: parent and child");
+            // Two threads of the parent call work() N times each, the child N times.
+            let work: u64 = procs
+                .iter()
+                .map(|p| calls_per_function(p).get("work").copied().unwrap_or(0))
+                .sum();
+            assert_eq!(work, 3 * N, "{context}: calls of work()");
+            for p in &procs {
+                assert_eq!(p.lost, 0, "{context}: {}", p.header);
+                assert_balanced(p, &context);
+            }
+        }
+    }
+}
+
+#[test]
 fn trace_collector_runs_at_its_nice_value() {
     // The collector thread's nice value as the kernel reports it (/proc/PID/task/TID/stat,
     // field 19), read while the program sleeps: 19 by default, INSTRFN_COLLECTOR_NICE's value
