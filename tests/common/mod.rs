@@ -1404,8 +1404,8 @@ pub fn tracesig_output(stdout: &str, context: &str) -> (u64, u64) {
 /// dropped, stepped 16 entries and exits, every deep call an entry (with its exit) or an entry
 /// without exit. `trace` is removed first.
 /// Every one of the 16 windows must be reached, or at least `min_windows` of them (a call
-/// word's window under qemu, where retranslating the code the breakpoint changed can make
-/// the call too long for a call word). Returns the windows reached.
+/// word's window under qemu, where a call that takes the next chunk can be too long for a
+/// call word). Returns the windows reached.
 #[allow(clippy::too_many_arguments)]
 pub fn exit_window_run(
     arch: Arch,
