@@ -6,7 +6,7 @@
 //! `pwrite` meant for the trace would land in the program's own file. (Before this module,
 //! a program that closed every descriptor and then wrote a file of its own found instrfn's
 //! meta lines and chunk bytes in it.) So each use of a trace file's descriptor first checks,
-//! with `statx`, that it still refers to the file that was opened (the same device and
+//! with `fstat`, that it still refers to the file that was opened (the same device and
 //! inode), and if not reopens that file by its absolute path, checks it is the same file, and
 //! keeps the new descriptor; the number the program now uses is never touched. Descriptors
 //! are placed at [`HIGH_FD`] and above, away from the low numbers `open` hands out, where
@@ -81,7 +81,7 @@ impl TraceFile {
                     self.ino.load(Ordering::Relaxed),
                 )
             }
-            // No statx here (an old kernel, a seccomp filter): nothing to check with.
+            // fstat refused (a seccomp filter): nothing to check with.
             Err(e) => e == -(libc::ENOSYS as isize) || e == -(libc::EPERM as isize),
         }
     }
@@ -224,30 +224,23 @@ pub fn set_path(dir: &[u8], name: &[u8]) {
     PATH.len.store(len, Ordering::Release);
 }
 
-/// Device and inode of what `fd` refers to, or the negative errno.
+/// Device and inode of what `fd` refers to, or the negative errno. `fstat`: the system call
+/// every seccomp policy that lets a program look at its files allows (glibc's own `fstat`).
 pub fn identity(fd: c_int) -> Result<(u64, u64), isize> {
-    // struct statx is 256 bytes: stx_ino at 32, stx_dev_major and stx_dev_minor at 136, 140.
+    // struct stat begins with st_dev and st_ino, 8 bytes each, on all four architectures; it
+    // is at most 144 bytes.
     let mut buf = [0u64; 32];
-    const STATX_INO: usize = 0x100;
-    // SAFETY: statx of a descriptor (empty path) into a local buffer of struct statx's size.
+    // SAFETY: fstat of a descriptor into a local buffer larger than struct stat.
     let r = unsafe {
         syscall(
-            libc::SYS_statx,
-            [
-                fd as usize,
-                c"".as_ptr() as usize,
-                libc::AT_EMPTY_PATH as usize,
-                STATX_INO,
-                buf.as_mut_ptr() as usize,
-                0,
-            ],
+            libc::SYS_fstat,
+            [fd as usize, buf.as_mut_ptr() as usize, 0, 0, 0, 0],
         )
     };
     if r < 0 {
         return Err(r);
     }
-    // Both device numbers as one word (in the machine's byte order: only compared).
-    Ok((buf[17], buf[4]))
+    Ok((buf[0], buf[1]))
 }
 
 /// `fd` moved to [`HIGH_FD`] or above (the old number closed), or `fd` itself if the process
