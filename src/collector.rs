@@ -55,6 +55,8 @@ static TID: AtomicI32 = AtomicI32::new(0);
 static STACK: AtomicUsize = AtomicUsize::new(0);
 /// Set at the end of the trace: the collector prepares nothing more (it still commits).
 static STOP: AtomicBool = AtomicBool::new(false);
+/// Set by [`pause`]: the collector thread exits.
+static PAUSE: AtomicBool = AtomicBool::new(false);
 /// Chunks the threads took from the pool, and chunks they had to prepare themselves.
 static PREPARED: AtomicU64 = AtomicU64::new(0);
 /// Chunks the threads took, from the pool or made themselves.
@@ -372,6 +374,49 @@ pub fn start() {
     TID.store(tid as i32, Ordering::Relaxed);
 }
 
+/// Ends the collector thread, for a system call that needs the process to be one thread
+/// (`unshare(CLONE_NEWUSER)`, `setns` into a user namespace: src/interpose.c), and waits until
+/// the kernel has removed it from the thread group. Returns whether there was one and it is
+/// gone (then [`resume`] starts it again); false if there was none, or it did not go within
+/// two seconds. Meanwhile the threads commit their own chunks, as without a collector.
+pub fn pause() -> bool {
+    let tid = TID.load(Ordering::Relaxed);
+    if tid <= 0 {
+        return false;
+    }
+    PAUSE.store(true, Ordering::SeqCst);
+    wake();
+    // SAFETY: getpid(2).
+    let pid = unsafe { syscall(libc::SYS_getpid, [0; 6]) };
+    let nap = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 100_000,
+    };
+    for _ in 0..20_000 {
+        // SAFETY: tgkill(2) with signal 0 only asks whether the thread exists.
+        let r = unsafe { syscall(libc::SYS_tgkill, [pid as usize, tid as usize, 0, 0, 0, 0]) };
+        if r == -(libc::ESRCH as isize) {
+            // Gone, and out of the thread group (tgkill finds a thread until it is).
+            TID.store(0, Ordering::Relaxed);
+            PAUSE.store(false, Ordering::SeqCst);
+            return true;
+        }
+        // SAFETY: nanosleep(2) of a local timespec.
+        unsafe {
+            syscall(
+                libc::SYS_nanosleep,
+                [&nap as *const libc::timespec as usize, 0, 0, 0, 0, 0],
+            )
+        };
+    }
+    false
+}
+
+/// Starts the collector again after [`pause`].
+pub fn resume() {
+    start();
+}
+
 /// The collector's thread pointer: a zeroed area in which this runtime's Tls lies where the
 /// trampolines look for it, with its guard set for good. A program built with instrumentation
 /// throughout (a Rust program that links this crate and is built with -Zinstrument-mcount)
@@ -473,6 +518,11 @@ extern "C" fn collector_main(_: usize) -> ! {
     loop {
         let seen = WAKE.load(Ordering::Acquire);
         commit_retired();
+        if PAUSE.load(Ordering::SeqCst) {
+            // SAFETY: exit(2) of this thread alone; it holds no chunk (the retired ones are
+            // committed, the pool's stay for the threads) and nothing waits on it.
+            unsafe { syscall(libc::SYS_exit, [0, 0, 0, 0, 0, 0]) };
+        }
         if !STOP.load(Ordering::SeqCst) && crate::trace::active() {
             // As many ready as the threads' appetite asks for: none before the first chunk is
             // taken (a process that writes a few events keeps one chunk), then up to POOL.

@@ -41,6 +41,11 @@
  *                returning even if they return before any other instrumented call).
  *   _Unwind_Backtrace, backtrace  the same around a walk that only looks (Rust's Backtrace,
  *                glibc's backtrace()), and the exit trampoline goes back afterwards.
+ *   unshare, setns  a user namespace can be entered by a process of one thread only: when the
+ *                real call fails with EINVAL and asked for one (unshare(CLONE_NEWUSER), setns
+ *                of type 0 or CLONE_NEWUSER), instrfn's collector thread (trace mode) is
+ *                ended, the call made again, and the collector started again: the program
+ *                gets the answer it would get without instrfn (tests/host.rs).
  *   sigaction    instrfn's crash handlers (src/crash.rs) are invisible to the program: asking
  *                for SIGSEGV's action while instrfn's handler is installed shows the action
  *                before it (SIG_DFL), and setting one replaces instrfn's handler for good.
@@ -55,6 +60,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <link.h>
+#include <sched.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -80,6 +86,8 @@ void instrfn_unwind_walk_begin(void);
 void instrfn_unwind_caught(void *boundary);
 int instrfn_dlopen_wanted(void);
 void instrfn_module_opened(void);
+int instrfn_collector_pause(void);
+void instrfn_collector_resume(void);
 
 #define HIDDEN __attribute__((visibility("hidden")))
 #define MARKER_BYTES 64
@@ -539,4 +547,30 @@ HIDDEN void *instrfn_c___cxa_begin_catch(void *exc) {
      * below it, every frame still alive above. */
     instrfn_unwind_caught(__builtin_dwarf_cfa());
     return real_begin_catch(exc);
+}
+
+/* A call that needs a process of one thread (the kernel answers EINVAL otherwise), made again
+ * with instrfn's collector thread out of the way. glibc's unshare and setns are the system
+ * calls themselves. */
+static int one_thread_call(long nr, long a, long b) {
+    int r = (int)syscall(nr, a, b);
+    if (r == 0 || errno != EINVAL || !instrfn_collector_pause())
+        return r;
+    r = (int)syscall(nr, a, b);
+    int e = errno;
+    instrfn_collector_resume();
+    errno = e;
+    return r;
+}
+
+HIDDEN int instrfn_c_unshare(int flags) {
+    if (!(flags & CLONE_NEWUSER))
+        return (int)syscall(SYS_unshare, flags);
+    return one_thread_call(SYS_unshare, flags, 0);
+}
+
+HIDDEN int instrfn_c_setns(int fd, int nstype) {
+    if (nstype != 0 && !(nstype & CLONE_NEWUSER))
+        return (int)syscall(SYS_setns, fd, nstype);
+    return one_thread_call(SYS_setns, fd, nstype);
 }

@@ -64,7 +64,9 @@ interposers! {
     _Unwind_ForcedUnwind => instrfn_c__Unwind_ForcedUnwind,
     _Unwind_Backtrace => instrfn_c__Unwind_Backtrace,
     backtrace => instrfn_c_backtrace,
-    __cxa_begin_catch => instrfn_c___cxa_begin_catch;
+    __cxa_begin_catch => instrfn_c___cxa_begin_catch,
+    unshare => instrfn_c_unshare,
+    setns => instrfn_c_setns;
     routed:
     dlopen => instrfn_c_dlopen_route,
     dlmopen => instrfn_c_dlmopen_route,

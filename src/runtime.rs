@@ -733,6 +733,27 @@ guarded_entry! {
 }
 
 guarded_entry! {
+    /// Called by the unshare and setns wrappers (src/interpose.c) when the real call failed
+    /// for a process of more than one thread: ends the collector thread, if there is one;
+    /// 1 if it is gone (the call is then made again).
+    #[unsafe(no_mangle)]
+    pub fn instrfn_collector_pause() -> c_int => collector_pause
+}
+guarded_entry! {
+    /// After the call that [`instrfn_collector_pause`] made way for: the collector again.
+    #[unsafe(no_mangle)]
+    pub fn instrfn_collector_resume() => collector_resume
+}
+
+extern "C" fn collector_pause() -> c_int {
+    crate::collector::pause() as c_int
+}
+
+extern "C" fn collector_resume() {
+    crate::collector::resume();
+}
+
+guarded_entry! {
     /// Called by the posix_spawn wrappers for the INSTRFN_TREE entry of the child.
     #[unsafe(no_mangle)]
     pub fn instrfn_spawn_marker(marker: *mut u8, len: usize) => spawn_marker

@@ -2616,6 +2616,43 @@ fn trace_files_survive_a_program_that_closes_every_descriptor() {
 }
 
 #[test]
+fn trace_collector_makes_way_for_unshare_of_a_user_namespace() {
+    // unshare(CLONE_NEWUSER) needs a process of one thread; the collector thread made it
+    // fail with EINVAL. The wrapper ends the collector, calls again and starts it again: the
+    // program gets the answer it gets without instrfn, and the trace is whole, with chunks
+    // committed by the collector after it (64 KiB chunks, a collector at the threads' nice).
+    const N: u64 = 100_000;
+    let dir = workdir("trace-userns");
+    let exe = build_c(&dir, "userns.c", &[], Link::Preload);
+    let plain = run_ok(Command::new(&exe).arg(N.to_string()).current_dir(&dir));
+    let plain = String::from_utf8_lossy(&plain.stdout).into_owned();
+    assert!(plain.contains("unshare(CLONE_NEWUSER): "), "{plain}");
+    let (out, trace) = record_trace(
+        &exe,
+        &[&N.to_string()],
+        &[
+            ("INSTRFN_BUFSIZE", "65536"),
+            ("INSTRFN_COLLECTOR_NICE", "0"),
+        ],
+        &dir,
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        plain,
+        "the program's output"
+    );
+    let procs = instrfn_dump(&trace);
+    assert_eq!(procs[0].lost, 0);
+    assert_balanced(&procs[0], "userns");
+    assert_eq!(calls_per_function(&procs[0]).get("work"), Some(&(4 * N)));
+    let (tid, _cpu, prepared, _) = collector_line(&trace_files(&trace, ".meta")[0]);
+    assert!(
+        tid > 0 && prepared > 0,
+        "a collector after the unshare: {tid} {prepared}"
+    );
+}
+
+#[test]
 fn trace_collector_runs_at_its_nice_value() {
     // The collector thread's nice value as the kernel reports it (/proc/PID/task/TID/stat,
     // field 19), read while the program sleeps: 19 by default, INSTRFN_COLLECTOR_NICE's value

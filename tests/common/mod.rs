@@ -663,6 +663,8 @@ pub fn expected_exports(fentry: bool, cyg: bool) -> Vec<&'static str> {
         "_Unwind_Backtrace",
         "backtrace",
         "__cxa_begin_catch",
+        "unshare",
+        "setns",
     ];
     if fentry {
         v.push("__fentry__");
