@@ -663,36 +663,35 @@ pub fn retire(base: usize, end: usize) {
 /// of the staging file costs (scripts/bench/pagecache.c: `fpwrite` against `populate`), and
 /// the staging file stops growing. Raw system calls only, as [`crate::trace::commit`].
 pub fn commit_one_retired() -> usize {
-    for (r, e) in RETIRE.iter().zip(&RETIRE_END) {
-        let base = r.load(Ordering::Acquire);
-        if base > CLAIMED
-            && crate::trace::all_written(base, e.load(Ordering::Relaxed))
-            && r.compare_exchange(base, 0, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        {
-            if crate::trace::commit(base) {
-                return base;
-            }
-            // The events file cannot grow: the chunk stays in the staging file as it is.
-            unmap(base, crate::trace::chunk_bytes());
-            return 0;
-        }
+    let Some(base) = RETIRE.iter().zip(&RETIRE_END).find_map(take_written) else {
+        return 0;
+    };
+    if crate::trace::commit(base) {
+        return base;
     }
+    // The events file cannot grow: the chunk stays in the staging file as it is.
+    unmap(base, crate::trace::chunk_bytes());
     0
 }
 
 /// Commits the retired chunks whose events are all written.
 fn commit_retired() {
-    for (r, e) in RETIRE.iter().zip(&RETIRE_END) {
-        let base = r.load(Ordering::Acquire);
-        if base > CLAIMED
-            && crate::trace::all_written(base, e.load(Ordering::Relaxed))
-            && r.compare_exchange(base, 0, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        {
+    for slot in RETIRE.iter().zip(&RETIRE_END) {
+        if let Some(base) = take_written(slot) {
             commit_and_recycle(base);
         }
     }
+}
+
+/// The chunk in this RETIRE slot (and its end), taken out of it, if its events are all
+/// written.
+fn take_written((r, e): (&AtomicUsize, &AtomicUsize)) -> Option<usize> {
+    let base = r.load(Ordering::Acquire);
+    (base > CLAIMED
+        && crate::trace::all_written(base, e.load(Ordering::Relaxed))
+        && r.compare_exchange(base, 0, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok())
+    .then_some(base)
 }
 
 fn wake() {
