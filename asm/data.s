@@ -92,6 +92,7 @@ instrfn_all_signals:
     .hidden instrfn_module_closed
     .hidden instrfn_dlopen_wanted
     .hidden instrfn_collector_pause
+    .hidden instrfn_output_entry
     .hidden instrfn_collector_resume
     .hidden instrfn_module_opened
     .hidden instrfn_crash_hidden

@@ -214,6 +214,7 @@ impl Config {
                 );
             }
         }
+        c.absolute_output();
         if let Some(v) = var(c"INSTRFN_BUFSIZE") {
             match parse_size(v) {
                 Some(n) if (MIN_BUFSIZE as u64..=MAX_BUFSIZE as u64).contains(&n) => {
@@ -367,6 +368,44 @@ impl Config {
             }
         }
         c
+    }
+
+    /// A relative trace directory made absolute, against the working directory the settings
+    /// are read in (at load in trace mode): the processes a program starts after a `chdir`
+    /// then record into the same directory (the exec and spawn wrappers pass it on,
+    /// [`Config::output_entry`]). Left relative if the path would not fit.
+    fn absolute_output(&mut self) {
+        let rel = self.output();
+        if rel.starts_with(b"/") {
+            return;
+        }
+        let rel = rel.strip_prefix(b"./").unwrap_or(rel);
+        let mut buf = [0u8; MAX_PREFIX];
+        let Some(n) = sys::cwd(&mut buf).map(<[u8]>::len) else {
+            return;
+        };
+        if n + 1 + rel.len() >= MAX_PREFIX {
+            return;
+        }
+        buf[n] = b'/';
+        buf[n + 1..n + 1 + rel.len()].copy_from_slice(rel);
+        let len = n + 1 + rel.len();
+        self.output[..len].copy_from_slice(&buf[..len]);
+        self.output_len = len;
+    }
+
+    /// `INSTRFN_OUTPUT=<the trace directory>` with a NUL, into `out` (false if it does not
+    /// fit): for the environment of the processes this one starts.
+    pub fn output_entry(&self, out: &mut [u8]) -> bool {
+        let (name, dir) = (b"INSTRFN_OUTPUT=", self.output());
+        let len = name.len() + dir.len();
+        if len + 1 > out.len() || dir.contains(&0) {
+            return false;
+        }
+        out[..name.len()].copy_from_slice(name);
+        out[name.len()..len].copy_from_slice(dir);
+        out[len] = 0;
+        true
     }
 
     /// The trace directory (INSTRFN_OUTPUT, default `instrfn.data`).

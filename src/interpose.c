@@ -87,10 +87,13 @@ void instrfn_unwind_caught(void *boundary);
 int instrfn_dlopen_wanted(void);
 void instrfn_module_opened(void);
 int instrfn_collector_pause(void);
+int instrfn_output_entry(char *out, size_t len);
 void instrfn_collector_resume(void);
 
 #define HIDDEN __attribute__((visibility("hidden")))
 #define MARKER_BYTES 64
+#define OUTPUT "INSTRFN_OUTPUT="
+#define OUTPUT_BYTES 1100 /* "INSTRFN_OUTPUT=" + config::MAX_PREFIX */
 #define MODULE_STATE_BYTES 1024 /* runtime::MODULE_STATE_BYTES */
 #define TREE "INSTRFN_TREE="
 
@@ -153,20 +156,47 @@ static size_t settings(void) {
     return n;
 }
 
+/* Whether `entry` is the INSTRFN_OUTPUT of this process's own environment (inherited as it
+ * is, or the process's own), not one the program chose for its child. */
+static int own_output(const char *entry) {
+    if (strncmp(entry, OUTPUT, sizeof OUTPUT - 1) != 0) return 0;
+    for (size_t i = 0; environ && environ[i]; i++)
+        if (strncmp(environ[i], OUTPUT, sizeof OUTPUT - 1) == 0) return strcmp(environ[i], entry) == 0;
+    return 0;
+}
+
 /* out = envp without any INSTRFN_TREE entry, plus `marker` (if not empty), plus this
  * process's INSTRFN_* settings envp lacks, NULL-terminated; out has room for count(envp) +
- * settings() + 2 pointers. */
-static void with_marker(char **out, char *const envp[], char *marker) {
+ * settings() + 3 pointers. In trace mode `output` is this process's trace directory as an
+ * absolute INSTRFN_OUTPUT entry: it replaces the relative one of this process's environment,
+ * so that a child started after a chdir records into the same directory (an INSTRFN_OUTPUT
+ * the program gives the child itself stays). */
+static void with_marker(char **out, char *const envp[], char *marker, char *output) {
     size_t j = 0;
-    for (size_t i = 0; envp && envp[i]; i++)
-        if (strncmp(envp[i], TREE, sizeof TREE - 1) != 0) out[j++] = envp[i];
+    int chosen = 0; /* envp names a trace directory of its own */
+    for (size_t i = 0; envp && envp[i]; i++) {
+        if (strncmp(envp[i], TREE, sizeof TREE - 1) == 0) continue;
+        if (output[0] && strncmp(envp[i], OUTPUT, sizeof OUTPUT - 1) == 0) {
+            if (own_output(envp[i])) continue;
+            chosen = 1;
+        }
+        out[j++] = envp[i];
+    }
     if (marker[0]) out[j++] = marker;
+    if (output[0] && !chosen) out[j++] = output;
     if ((char *const *)environ != envp)
         for (size_t i = 0; environ && environ[i]; i++)
             if (strncmp(environ[i], "INSTRFN_", 8) == 0 &&
-                strncmp(environ[i], TREE, sizeof TREE - 1) != 0 && !has_name(envp, environ[i]))
+                strncmp(environ[i], TREE, sizeof TREE - 1) != 0 &&
+                !(output[0] && strncmp(environ[i], OUTPUT, sizeof OUTPUT - 1) == 0) &&
+                !has_name(envp, environ[i]))
                 out[j++] = environ[i];
     out[j] = NULL;
+}
+
+/* This process's trace directory as an INSTRFN_OUTPUT entry, into output (empty if none). */
+static void output_of(char output[OUTPUT_BYTES]) {
+    if (!instrfn_output_entry(output, OUTPUT_BYTES)) output[0] = 0;
 }
 
 enum kind { K_EXECVE, K_EXECVPE, K_EXECVEAT, K_FEXECVE };
@@ -175,8 +205,10 @@ static int run_exec(enum kind k, int fd, const char *path, char *const argv[],
                     char *const envp[], int flags) {
     char marker[MARKER_BYTES];
     instrfn_exec_prepare(marker, sizeof marker);
-    char *env[count(envp) + settings() + 2];
-    with_marker(env, envp, marker);
+    char output[OUTPUT_BYTES];
+    output_of(output);
+    char *env[count(envp) + settings() + 3];
+    with_marker(env, envp, marker, output);
     int r;
     switch (k) {
     case K_EXECVE:
@@ -274,8 +306,10 @@ static int run_spawn(spawn_fn *real, pid_t *pid, const char *path,
     if (!real) return ENOSYS;
     char marker[MARKER_BYTES];
     instrfn_spawn_marker(marker, sizeof marker);
-    char *env[count(envp) + settings() + 2];
-    with_marker(env, envp, marker);
+    char output[OUTPUT_BYTES];
+    output_of(output);
+    char *env[count(envp) + settings() + 3];
+    with_marker(env, envp, marker, output);
     return real(pid, path, actions, attr, argv, env);
 }
 

@@ -745,6 +745,24 @@ guarded_entry! {
     pub fn instrfn_collector_resume() => collector_resume
 }
 
+guarded_entry! {
+    /// Called by the exec and posix_spawn wrappers (src/interpose.c): in trace mode, writes
+    /// `INSTRFN_OUTPUT=<the trace directory, absolute>` and a NUL into `out` (`len` bytes) and
+    /// returns 1, so that a child started after a `chdir` records into the same directory;
+    /// else 0.
+    #[unsafe(no_mangle)]
+    pub fn instrfn_output_entry(out: *mut u8, len: usize) -> c_int => output_entry
+}
+
+extern "C" fn output_entry(out: *mut u8, len: usize) -> c_int {
+    let Some(config) = EARLY_CONFIG.get().filter(|c| c.trace) else {
+        return 0;
+    };
+    // SAFETY: the C side passes a buffer of `len` bytes.
+    let out = unsafe { core::slice::from_raw_parts_mut(out, len) };
+    config.output_entry(out) as c_int
+}
+
 extern "C" fn collector_pause() -> c_int {
     crate::collector::pause() as c_int
 }

@@ -124,6 +124,20 @@ pub fn write_all(fd: c_int, mut buf: &[u8]) -> Result<(), c_int> {
     Ok(())
 }
 
+/// The working directory, read into `buf` (getcwd(2) as a raw system call: no errno, so the
+/// collector may use it too); None if it does not fit or cannot be had (a removed directory).
+pub fn cwd(buf: &mut [u8]) -> Option<&[u8]> {
+    // SAFETY: getcwd(2) into a buffer of its length; the result is the path's length with its
+    // NUL, or -errno.
+    let n = unsafe {
+        crate::collector::syscall(
+            libc::SYS_getcwd,
+            [buf.as_mut_ptr() as usize, buf.len(), 0, 0, 0, 0],
+        )
+    };
+    (n > 1 && buf[0] == b'/').then(|| &buf[..n as usize - 1])
+}
+
 /// A fixed-capacity byte buffer on the stack that implements `fmt::Write`; output past the
 /// capacity is cut off (messages and paths only, never data).
 pub struct StackBuf<const N: usize> {

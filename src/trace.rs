@@ -493,20 +493,12 @@ fn module_line(m: &crate::modules::Module) {
     if m.path().is_empty() {
         exe_path(&mut path);
     } else {
-        if !m.path().starts_with(b"/") {
-            let mut cwd = [0u8; 1024];
-            // SAFETY: getcwd(2) into a buffer of its length; the result is its length with the
-            // NUL, or -errno.
-            let n = unsafe {
-                crate::collector::syscall(
-                    libc::SYS_getcwd,
-                    [cwd.as_mut_ptr() as usize, cwd.len(), 0, 0, 0, 0],
-                )
-            };
-            if n > 1 {
-                path.push(&cwd[..n as usize - 1]);
-                path.push(b"/");
-            }
+        let mut cwd = [0u8; 1024];
+        if !m.path().starts_with(b"/")
+            && let Some(cwd) = sys::cwd(&mut cwd)
+        {
+            path.push(cwd);
+            path.push(b"/");
         }
         path.push(m.path().strip_prefix(b"./").unwrap_or(m.path()));
     }

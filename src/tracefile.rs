@@ -196,18 +196,10 @@ pub fn set_path(dir: &[u8], name: &[u8]) {
     let buf = unsafe { &mut *PATH.bytes.get() };
     let mut len = 0;
     if dir.first() != Some(&b'/') {
-        // SAFETY: getcwd into our buffer, its size given.
-        let n = unsafe {
-            syscall(
-                libc::SYS_getcwd,
-                [buf.as_mut_ptr() as usize, PATH_BYTES, 0, 0, 0, 0],
-            )
-        };
-        if n <= 0 {
+        let Some(n) = crate::sys::cwd(&mut buf[..]).map(<[u8]>::len) else {
             return;
-        }
-        // The kernel's count includes the NUL.
-        len = n as usize - 1;
+        };
+        len = n;
         if len + 1 > PATH_BYTES {
             return;
         }

@@ -2653,6 +2653,56 @@ fn trace_collector_makes_way_for_unshare_of_a_user_namespace() {
 }
 
 #[test]
+fn trace_a_relative_output_holds_after_chdir() {
+    // LD_PRELOAD with a relative INSTRFN_OUTPUT (and with none: instrfn.data), and a shell
+    // that changes directory before it runs the traced program, which posix_spawns a child:
+    // both record into the directory named from where the tree started (the runtime makes
+    // the path absolute at load, and the exec and spawn wrappers pass it on — the shell's
+    // too, which traces nothing itself), none into the one the shell changed to.
+    let dir = workdir("trace-chdir");
+    let exe = build_c(&dir, "tree.c", &[], Link::Preload);
+    let sub = dir.join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    let script = format!("cd sub && exec {} spawn 100 inherit", exe.display());
+    for output in [Some("rel-trace"), None] {
+        let name = output.unwrap_or("instrfn.data");
+        let _ = std::fs::remove_dir_all(dir.join(name));
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", &script])
+            .current_dir(&dir)
+            .env("LD_PRELOAD", preload_path())
+            .env("INSTRFN_MODE", "trace")
+            .env_remove("INSTRFN_OUTPUT");
+        if let Some(o) = output {
+            cmd.env("INSTRFN_OUTPUT", o);
+        }
+        let out = run_ok(&mut cmd);
+        assert!(
+            stdout_of(&out).contains("child "),
+            "{name}: {}",
+            stdout_of(&out)
+        );
+        assert!(
+            !sub.join(name).exists(),
+            "{name}: a trace in the directory changed to"
+        );
+        let procs = instrfn_dump(&dir.join(name));
+        assert_eq!(procs.len(), 2, "{name}: the program and its child");
+        let calls: u64 = procs
+            .iter()
+            .map(|p| {
+                let c = calls_per_function(p);
+                c.get("work_a").copied().unwrap_or(0) + c.get("work_b").copied().unwrap_or(0)
+            })
+            .sum();
+        assert_eq!(
+            calls, 300,
+            "{name}: work_a 100 times, the child's work_b 200"
+        );
+    }
+}
+
+#[test]
 fn trace_collector_runs_at_its_nice_value() {
     // The collector thread's nice value as the kernel reports it (/proc/PID/task/TID/stat,
     // field 19), read while the program sleeps: 19 by default, INSTRFN_COLLECTOR_NICE's value
