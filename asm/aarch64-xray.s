@@ -79,10 +79,12 @@
 // there counts the word it keeps x30 in.)
 //
 // Executed (qemu-aarch64 -singlestep -d exec,nochain, the register harness
-// tests/fixtures/xray/regs_aarch64.S, recording on): the entry trampoline's fast path 57
-// instructions, `ret` included; the exit and tail trampolines' 47 (45 for the exit of a
-// function without entry sled); the sled and the stub add 7 (stp, movz, movk, bl, ldr, ldr,
-// br) and the ldp after the return.
+// tests/fixtures/xray/regs_aarch64.S, recording on, before call words): the entry
+// trampoline's fast path 57 instructions, `ret` included; the exit and tail trampolines' 47
+// (45 for the exit of a function without entry sled); the sled and the stub add 7 (stp,
+// movz, movk, bl, ldr, ldr, br) and the ldp after the return. Since (counted from the
+// source): MERGE_CALL adds 19 to an exit whose call recorded events inside it, and a call
+// word takes its 42 in place of the exit event's reservation and store.
 
     .text
 
@@ -242,9 +244,13 @@ instrfn_aarch64_xray_\name:
     ldr     x2, [x1, #{SH_SLOT}]
     cmp     x2, x5
     b.ne    .Lx_none_\name
-    // Ours: its entry was recorded, so its exit is, recording on or off.
+    // Ours: its entry was recorded, so its exit is, recording on or off: a call word where
+    // the call recorded nothing inside it (MERGE_CALL, as the mcount exit's), else an event.
     ldr     x5, [x1, #{SH_FN}]              // the function that returns
-    XRAY_EVENT 1, {EV_EXIT}, x5, .Lx_slow_\name // (no room: nothing popped, the slow path)
+    mrs     x2, cntvct_el0                  // timestamp
+    MERGE_CALL x0, x5, x2, 3, 4, 6, 16, .Lx_pop_\name, instrfn_aarch64_xray_\name\()_merge
+    EVENT 1, x0, x4, x6, x3, 16, 2, x5, {EV_EXIT}, .Lx_slow_\name // (no room: the slow path)
+.Lx_pop_\name:
     str     xzr, [x1, #{SH_SLOT}]           // free entries have slot 0
     str     x1, [x0, #{TLS_SHADOW_TOP}]     // popped
 .Lx_ret_\name:

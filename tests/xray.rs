@@ -765,6 +765,15 @@ fn aarch64_sleds_patched_under_qemu() {
     assert_eq!(row(&rows, "xray_app::work_b"), T * N);
     assert_eq!(doc["exits_without_entry"], 0);
     assert_balanced(&instrfn_dump(&trace)[0], "aarch64");
+    // work_a and work_b (and a few others) record nothing inside them: their calls are call
+    // words (the exit trampoline's MERGE_CALL), but where qemu stretched one past 2^12 ticks
+    // (65 µs). (8089 here: 0 before the XRay exit made them.)
+    let calls: u64 = raw_chunks(&trace).iter().map(|c| c.calls).sum();
+    assert!(
+        calls > T * N,
+        "{calls} call words for {} calls of work_a and work_b",
+        2 * T * N
+    );
     // A caught panic: balanced, the thrown-through frames unwound.
     let out = qemu_traced(&exe, &["panic", "3", "4"], &[], &trace);
     assert_eq!(stdout_of(&out), "caught 3\n");

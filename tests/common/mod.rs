@@ -1658,6 +1658,7 @@ pub fn bpsweep_rounds(arch: Arch, dir: &Path, how: Sweep, rounds: &[SweepRound])
             "stepped".to_string(),
             format!("instrfn_{a}_xray_entry"),
             format!("instrfn_{a}_xray_exit"),
+            format!("instrfn_{a}_xray_exit_merge"),
         ],
         Sweep::Cyg => vec![
             "__cyg_profile_func_enter".to_string(),
