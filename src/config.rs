@@ -158,39 +158,9 @@ impl Config {
                 ),
             }
         }
-        if let Some(v) = var(c"INSTRFN_START") {
-            match parse_bool(v) {
-                Some(b) => c.start = b,
-                None => invalid(
-                    "INSTRFN_START",
-                    v,
-                    format_args!("on or off (also 1/0, yes/no, true/false)"),
-                    format_args!("on"),
-                ),
-            }
-        }
-        if let Some(v) = var(c"INSTRFN_VERBOSE") {
-            match parse_bool(v) {
-                Some(b) => c.verbose = b,
-                None => invalid(
-                    "INSTRFN_VERBOSE",
-                    v,
-                    format_args!("on or off (also 1/0, yes/no, true/false)"),
-                    format_args!("off"),
-                ),
-            }
-        }
-        if let Some(v) = var(c"INSTRFN_CRASH_WRITE") {
-            match parse_bool(v) {
-                Some(b) => c.crash_write = b,
-                None => invalid(
-                    "INSTRFN_CRASH_WRITE",
-                    v,
-                    format_args!("on or off (also 1/0, yes/no, true/false)"),
-                    format_args!("on"),
-                ),
-            }
-        }
+        switch(c"INSTRFN_START", &mut c.start);
+        switch(c"INSTRFN_VERBOSE", &mut c.verbose);
+        switch(c"INSTRFN_CRASH_WRITE", &mut c.crash_write);
         if let Some(v) = var(c"INSTRFN_MODE") {
             match core::str::from_utf8(v).map(str::trim) {
                 Ok("gmon") => c.trace = false,
@@ -250,17 +220,7 @@ impl Config {
                 ),
             }
         }
-        if let Some(v) = var(c"INSTRFN_EXITS") {
-            match parse_bool(v) {
-                Some(b) => c.exits = b,
-                None => invalid(
-                    "INSTRFN_EXITS",
-                    v,
-                    format_args!("on or off (also 1/0, yes/no, true/false)"),
-                    format_args!("{}", if EXITS_BY_DEFAULT { "on" } else { "off" }),
-                ),
-            }
-        }
+        switch(c"INSTRFN_EXITS", &mut c.exits);
         if let Some(v) = var(c"INSTRFN_DEPTH") {
             match parse_u64(v) {
                 Some(n) if (1..=MAX_DEPTH as u64).contains(&n) => c.depth = n as usize,
@@ -283,28 +243,8 @@ impl Config {
                 ),
             }
         }
-        if let Some(v) = var(c"INSTRFN_COLLECTOR") {
-            match parse_bool(v) {
-                Some(b) => c.collector = b,
-                None => invalid(
-                    "INSTRFN_COLLECTOR",
-                    v,
-                    format_args!("on or off (also 1/0, yes/no, true/false)"),
-                    format_args!("on"),
-                ),
-            }
-        }
-        if let Some(v) = var(c"INSTRFN_CALL_WORDS") {
-            match parse_bool(v) {
-                Some(b) => c.call_words = b,
-                None => invalid(
-                    "INSTRFN_CALL_WORDS",
-                    v,
-                    format_args!("on or off (also 1/0, yes/no, true/false)"),
-                    format_args!("on"),
-                ),
-            }
-        }
+        switch(c"INSTRFN_COLLECTOR", &mut c.collector);
+        switch(c"INSTRFN_CALL_WORDS", &mut c.call_words);
         if let Some(v) = var(c"INSTRFN_COLLECTOR_NICE") {
             match parse_u64(v) {
                 Some(n) if n <= 19 => c.collector_nice = n as u8,
@@ -433,6 +373,23 @@ impl Config {
 }
 
 /// A set, non-empty variable.
+/// An on/off setting: `field` (holding its default) takes the variable's value if it has a
+/// valid one; a bad value is said in one line and the default stays.
+fn switch(name: &CStr, field: &mut bool) {
+    let Some(v) = var(name) else {
+        return;
+    };
+    match parse_bool(v) {
+        Some(b) => *field = b,
+        None => invalid(
+            name.to_str().unwrap_or("INSTRFN_?"),
+            v,
+            format_args!("on or off (also 1/0, yes/no, true/false)"),
+            format_args!("{}", if *field { "on" } else { "off" }),
+        ),
+    }
+}
+
 fn var(name: &CStr) -> Option<&'static [u8]> {
     sys::getenv(name).filter(|v| !v.is_empty())
 }

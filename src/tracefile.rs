@@ -187,25 +187,18 @@ static PATH: Path = Path {
     len: AtomicUsize::new(0),
 };
 
-/// Keeps the trace files' path, `dir/name` (made absolute with the working directory if it
-/// is relative), for reopening them. Before the trace's descriptors are set. A path that
-/// does not fit leaves none: the files are then not reopened.
+/// Keeps the trace files' path, `dir/name`, for reopening them. Before the trace's
+/// descriptors are set. `dir` is absolute (src/config.rs makes INSTRFN_OUTPUT so at load); a
+/// relative one (the working directory was gone or too long then), or a path that does not
+/// fit, leaves none: the files are then not reopened.
 pub fn set_path(dir: &[u8], name: &[u8]) {
     PATH.len.store(0, Ordering::Release);
+    if dir.first() != Some(&b'/') {
+        return;
+    }
     // SAFETY: see `Path`: nobody reads the path while `len` is 0.
     let buf = unsafe { &mut *PATH.bytes.get() };
     let mut len = 0;
-    if dir.first() != Some(&b'/') {
-        let Some(n) = crate::sys::cwd(&mut buf[..]).map(<[u8]>::len) else {
-            return;
-        };
-        len = n;
-        if len + 1 > PATH_BYTES {
-            return;
-        }
-        buf[len] = b'/';
-        len += 1;
-    }
     for part in [dir, b"/", name] {
         if len + part.len() >= PATH_BYTES {
             return;
