@@ -39,7 +39,8 @@ const PAGE: usize = 4096;
 static READY: [AtomicUsize; POOL] = [const { AtomicUsize::new(0) }; POOL];
 static FREE: [AtomicUsize; SPARE] = [const { AtomicUsize::new(0) }; SPARE];
 static RETIRE: [AtomicUsize; RETIRED] = [const { AtomicUsize::new(0) }; RETIRED];
-/// A RETIRE slot taken by a thread that is writing its end and base.
+/// A RETIRE slot taken by a thread that is writing its end and base, or by one reading its
+/// chunk (see `take_written`).
 const CLAIMED: usize = 1;
 /// Where the events of each retired chunk end (written before the chunk is published).
 static RETIRE_END: [AtomicUsize; RETIRED] = [const { AtomicUsize::new(0) }; RETIRED];
@@ -684,14 +685,30 @@ fn commit_retired() {
 }
 
 /// The chunk in this RETIRE slot (and its end), taken out of it, if its events are all
-/// written.
+/// written. The collector and threads that found the pool empty ([`commit_one_retired`]) look
+/// at the slots at once, and the one that takes a chunk may commit and unmap it: so the slot
+/// is taken (CLAIMED) before the chunk is read, and given back if an event in it is still on
+/// its way. Scanning a chunk it had only loaded the address of, a thread read pages another
+/// had just unmapped (SIGSEGV, s390x under qemu, about one run in 20 of 4 threads filling
+/// 4 KiB chunks); its end could also have been a later retirement's of the same, recycled
+/// chunk. Claimed, the slot is skipped by retiring threads (they take free ones) and by other
+/// scanners.
 fn take_written((r, e): (&AtomicUsize, &AtomicUsize)) -> Option<usize> {
-    let base = r.load(Ordering::Acquire);
-    (base > CLAIMED
-        && crate::trace::all_written(base, e.load(Ordering::Relaxed))
-        && r.compare_exchange(base, 0, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok())
-    .then_some(base)
+    let base = r.load(Ordering::Relaxed);
+    if base <= CLAIMED
+        || r.compare_exchange(base, CLAIMED, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+    {
+        return None;
+    }
+    // The end was stored before the base was released into the slot (see `retire`).
+    if crate::trace::all_written(base, e.load(Ordering::Relaxed)) {
+        r.store(0, Ordering::Release);
+        Some(base)
+    } else {
+        r.store(base, Ordering::Release);
+        None
+    }
 }
 
 fn wake() {
