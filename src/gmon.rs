@@ -167,6 +167,8 @@ struct Out {
     fd: c_int,
     buf: Scratch<u8>,
     error: c_int,
+    /// Bytes written so far (the file's size).
+    at: u64,
 }
 
 impl Out {
@@ -233,11 +235,17 @@ impl Out {
     }
 
     fn flush(&mut self) {
+        let len = self.buf.as_mut_slice().len() as u64;
+        if self.error == 0 && !sys::fits_size_limit(self.at + len) {
+            // Past the file size limit the write would raise SIGXFSZ and end the program.
+            self.error = libc::EFBIG;
+        }
         if self.error == 0
             && let Err(e) = sys::write_all(self.fd, self.buf.as_mut_slice())
         {
             self.error = e;
         }
+        self.at += len;
         self.buf.truncate(0);
     }
 }
@@ -480,7 +488,12 @@ fn write_profile(
         }
         return Err(libc::ENOMEM);
     };
-    let mut out = Out { fd, buf, error: 0 };
+    let mut out = Out {
+        fd,
+        buf,
+        error: 0,
+        at: 0,
+    };
     out.bytes(GMON_MAGIC);
     out.u32(GMON_VERSION);
     out.bytes(&[0; 12]);
@@ -543,7 +556,16 @@ fn write_profile(
     let error = if error == 0 { sys::errno() } else { error };
     // SAFETY: tmp is a valid C string naming our temporary file.
     unsafe { libc::unlink(tmp.as_c_ptr()) };
-    message!("cannot write {}: {}", Bytes(path.to_bytes()), Errno(error));
+    let limit = sys::file_size_limit();
+    if error == libc::EFBIG && limit != u64::MAX {
+        message!(
+            "cannot write {}: it would be larger than the file size limit ({})",
+            Bytes(path.to_bytes()),
+            sys::SizeLimit(limit)
+        );
+    } else {
+        message!("cannot write {}: {}", Bytes(path.to_bytes()), Errno(error));
+    }
     Err(error)
 }
 
@@ -814,6 +836,7 @@ mod tests {
             fd: std::os::fd::IntoRawFd::into_raw_fd(file),
             buf: Scratch::new(4096).unwrap(),
             error: 0,
+            at: 0,
         };
         out.bytes(GMON_MAGIC);
         out.u32(GMON_VERSION);

@@ -124,6 +124,52 @@ pub fn write_all(fd: c_int, mut buf: &[u8]) -> Result<(), c_int> {
     Ok(())
 }
 
+/// The soft limit on the size of a file this process writes (RLIMIT_FSIZE, `ulimit -f`), in
+/// bytes; `u64::MAX` if there is none. A write or `fallocate` past it raises SIGXFSZ, whose
+/// default action ends the whole program with a core dump (the kernel sends it to the
+/// process: no thread's signal mask keeps it away), so every file instrfn grows inside a
+/// program is checked against it first ([`fits_size_limit`]), and one at the limit counts as
+/// full. (Before: `ulimit -f 200` and a trace killed the program, its output unwritten.)
+/// Read at each growth: the program may change it. A raw system call (no errno): the
+/// collector uses it too.
+pub fn file_size_limit() -> u64 {
+    let mut lim = [0u64; 2];
+    // SAFETY: prlimit64(0: this process, RLIMIT_FSIZE, no new limit, the old one into a local
+    // struct rlimit64 of two u64 words).
+    let r = unsafe {
+        crate::collector::syscall(
+            libc::SYS_prlimit64,
+            [
+                0,
+                libc::RLIMIT_FSIZE as usize,
+                0,
+                lim.as_mut_ptr() as usize,
+                0,
+                0,
+            ],
+        )
+    };
+    if r < 0 { u64::MAX } else { lim[0] }
+}
+
+/// Whether a file may grow to `end` bytes without raising SIGXFSZ ([`file_size_limit`]).
+pub fn fits_size_limit(end: u64) -> bool {
+    end <= file_size_limit()
+}
+
+/// The file size limit for messages, in the unit `ulimit -f` takes (KiB) where it is one.
+pub struct SizeLimit(pub u64);
+
+impl fmt::Display for SizeLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_multiple_of(1024) {
+            write!(f, "ulimit -f: {} KiB", self.0 >> 10)
+        } else {
+            write!(f, "RLIMIT_FSIZE: {} bytes", self.0)
+        }
+    }
+}
+
 /// The working directory, read into `buf` (getcwd(2) as a raw system call: no errno, so the
 /// collector may use it too); None if it does not fit or cannot be had (a removed directory).
 pub fn cwd(buf: &mut [u8]) -> Option<&[u8]> {

@@ -263,6 +263,14 @@ pub fn active() -> bool {
 /// signal-safe: system calls only). Returns false (after saying why) when tracing cannot start;
 /// the program then runs untraced.
 pub fn start(dir: &[u8], chunk_bytes: usize, limit: u64, depth: usize, exits: bool) -> bool {
+    // Under a file size limit (`ulimit -f`) chunks are at most an eighth of it (and at least
+    // a page), so that the events file takes most of what the limit allows, not nothing.
+    let fsize = sys::file_size_limit();
+    let chunk_bytes = if fsize / 8 < chunk_bytes as u64 {
+        ((fsize / 8) as usize & !4095).max(4096)
+    } else {
+        chunk_bytes
+    };
     CHUNK_BYTES.store(chunk_bytes, Ordering::Relaxed);
     MAX_CHUNKS.store((limit / chunk_bytes as u64).max(1), Ordering::Relaxed);
     DEPTH.store(depth, Ordering::Relaxed);
@@ -721,9 +729,16 @@ impl MetaLine {
         }
         self.buf.push(b"\n");
         let fd = SESSION.meta.get();
+        let len = self.buf.as_bytes().len() as u64;
         if fd >= 0 {
+            // A line that would take the file past the file size limit is left out (the meta
+            // file's own end says so to readers: no end line).
+            let end = META_BYTES.fetch_add(len, Ordering::Relaxed);
+            if !sys::fits_size_limit(end + len) {
+                META_BYTES.fetch_sub(len, Ordering::Relaxed);
+                return;
+            }
             let _ = sys::write_all(fd, self.buf.as_bytes());
-            let end = META_BYTES.fetch_add(self.buf.as_bytes().len() as u64, Ordering::Relaxed);
             if end + META_SLACK > META_RESERVED.load(Ordering::Relaxed) {
                 reserve_meta(fd);
             }
@@ -956,6 +971,10 @@ pub(crate) fn new_chunk() -> Option<usize> {
     }
     let size = CHUNK_BYTES.load(Ordering::Relaxed);
     let offset = SESSION.staged.fetch_add(1, Ordering::Relaxed) * size as u64;
+    if !sys::fits_size_limit(offset + size as u64) {
+        set_full(libc::EFBIG);
+        return None;
+    }
     // SAFETY: fallocate of a range of our own file.
     let r = unsafe {
         syscall(
@@ -1042,6 +1061,10 @@ pub(crate) fn commit(base: usize) -> bool {
     }
     let size = CHUNK_BYTES.load(Ordering::Relaxed);
     let offset = SESSION.committed.fetch_add(1, Ordering::Relaxed) as usize * size;
+    if !sys::fits_size_limit((offset + size) as u64) {
+        set_full(libc::EFBIG);
+        return false;
+    }
     // The blocks first: the copy then needs no block reservation per page (on ext4 a third
     // less CPU for it, measured), and a full disk shows before anything is copied.
     // SAFETY: fallocate of a range of our own file.
@@ -1129,6 +1152,11 @@ fn refill(tls: &mut Tls, block: &ThreadBlock, hint: usize, ts: u64) -> bool {
             match SESSION.full_reason.load(Ordering::Relaxed) {
                 0 => message!(
                     "the trace reached INSTRFN_TRACE_LIMIT; later events are counted as lost"
+                ),
+                libc::EFBIG if sys::file_size_limit() != u64::MAX => message!(
+                    "the trace files reached the file size limit ({}); later events are \
+                     counted as lost",
+                    sys::SizeLimit(sys::file_size_limit())
                 ),
                 e => message!(
                     "the trace files cannot grow ({}); later events are counted as lost",

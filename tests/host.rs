@@ -2262,7 +2262,7 @@ fn trace_losses_are_counted_exactly() {
         assert_eq!(out.stdout, plain.stdout, "full from the start");
         let err = stderr_of(&out);
         assert!(
-            err.contains("is incomplete") && err.contains("was its disk full?"),
+            err.contains("is incomplete") && err.contains("was its disk full"),
             "{err}"
         );
         // The churn on a fresh full-size-256-KiB disk: every thread named, every loss counted
@@ -3044,4 +3044,127 @@ fn return_pad_unwind_expression_is_its_generators() {
             "asm/{arch}.s does not hold scripts/return-pad-cfi.py {arch}'s output:\n{generated}"
         );
     }
+}
+
+/// `cmd` with the soft file size limit (RLIMIT_FSIZE, `ulimit -f`) at `bytes` for the child.
+fn with_file_size_limit(cmd: &mut Command, bytes: u64) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setrlimit of the child about to exec, from a local struct; no allocation.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: libc::RLIM_INFINITY,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
+#[test]
+fn programs_under_a_file_size_limit_keep_running_and_keep_what_fits() {
+    // A write past RLIMIT_FSIZE raises SIGXFSZ, sent to the process, whose default action ends
+    // it with a core dump: under `ulimit -f 256` a traced program died as its trace files
+    // passed 256 KiB, before printing anything (exit status 128+25), and one whose gmon.out
+    // was larger than the limit died at exit. instrfn checks its own writes against the limit:
+    // the program runs and exits as it does untraced, says once what was left out, and keeps
+    // what fits.
+    const T: u64 = 2;
+    const N: u64 = 200_000;
+    let dir = workdir("fsize");
+    let exe = build_c(&dir, "threads.c", &[], Link::Preload);
+    let (t, n) = (T.to_string(), N.to_string());
+    let plain = run_ok(Command::new(&exe).args([&t, &n]).current_dir(&dir));
+    let traced = |limit: u64, env: &[(&str, &str)]| {
+        let mut cmd = Command::new(&exe);
+        cmd.args([&t, &n])
+            .current_dir(&dir)
+            .env("LD_PRELOAD", preload_path())
+            .envs(env.iter().copied());
+        let out = run_ok(with_file_size_limit(&mut cmd, limit));
+        assert_eq!(
+            out.stdout, plain.stdout,
+            "limit {limit}: the program's output"
+        );
+        out
+    };
+
+    // gmon mode: a profile larger than the limit is not written (nor left half-written), and
+    // the program is told; one that fits is written whole.
+    let gmon = dir.join("gmon.out");
+    let _ = std::fs::remove_file(&gmon);
+    traced(u64::MAX, &[]);
+    let size = std::fs::metadata(&gmon).unwrap().len();
+    std::fs::remove_file(&gmon).unwrap();
+    let out = traced(size - 1, &[]);
+    let said = format!(
+        "instrfn: cannot write gmon.out: it would be larger than the file size limit \
+         (RLIMIT_FSIZE: {} bytes)\n",
+        size - 1
+    );
+    assert_eq!(stderr_of(&out), said, "a limit one byte short");
+    let left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|f| f.starts_with("gmon.out"))
+        .collect();
+    assert!(left.is_empty(), "files left: {left:?}");
+    let out = traced(size, &[]);
+    assert_eq!(stderr_of(&out), "", "a limit that fits");
+    assert_calls(
+        &gprof_flat(X86_64, &exe, &gmon),
+        &[("work_a", T * N), ("work_b", T * N)],
+        "limit = the profile's size",
+    );
+
+    // Trace mode under `ulimit -f 256`: about 7 MB of events. Every file stays within the
+    // limit, most of it used (chunks are made at most an eighth of the limit), the loss is
+    // counted and said once, and what was kept reads as a trace.
+    let limit = 256 << 10;
+    let trace = dir.join("trace");
+    let _ = std::fs::remove_dir_all(&trace);
+    let tdir = trace.display().to_string();
+    let env = [("INSTRFN_MODE", "trace"), ("INSTRFN_OUTPUT", tdir.as_str())];
+    let out = traced(limit, &env);
+    assert_eq!(
+        stderr_of(&out),
+        "instrfn: the trace files reached the file size limit (ulimit -f: 256 KiB); later \
+         events are counted as lost\n"
+    );
+    let mut events_file = 0;
+    for f in std::fs::read_dir(&trace).unwrap() {
+        let f = f.unwrap();
+        let len = f.metadata().unwrap().len();
+        assert!(len <= limit, "{:?}: {len} bytes", f.file_name());
+        if f.file_name().to_string_lossy().ends_with(".events") {
+            events_file = len;
+        }
+    }
+    assert!(events_file > limit / 2, "events file {events_file} bytes");
+    let procs = instrfn_dump(&trace);
+    assert_eq!(procs.len(), 1);
+    let calls = calls_per_function(&procs[0]);
+    let kept = calls.get("work_a").copied().unwrap_or(0);
+    assert!(kept > 1000 && kept < T * N, "work_a calls kept: {kept}");
+    assert!(procs[0].lost > 0, "{}", procs[0].header);
+
+    // A limit of 0: nothing can be written, not even the meta file's header; the program
+    // still runs as it does untraced, and the reader says the trace is empty.
+    let _ = std::fs::remove_dir_all(&trace);
+    let out = traced(0, &env);
+    assert!(
+        stderr_of(&out).contains("reached the file size limit (ulimit -f: 0 KiB)"),
+        "{}",
+        stderr_of(&out)
+    );
+    let dump = run(Command::new(instrfn_cli()).arg("dump").arg(&trace));
+    assert!(!dump.status.success());
+    assert!(
+        stderr_of(&dump).contains("empty: the process wrote none of its trace"),
+        "{}",
+        stderr_of(&dump)
+    );
 }

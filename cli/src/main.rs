@@ -247,11 +247,13 @@ fn summary(output: &Path, mode: Mode, cmd: &std::ffi::OsStr) {
                 (_, line) => eprintln!("{line}"),
             },
             // No meta file with a header: the program made none (it never started tracing), or
-            // its directory could take none (a full disk: the runtime said so).
+            // its directory could take none (a full disk, a file size limit: the runtime said
+            // so).
             Err(e) if e.no_trace() => hint("event"),
             Err(e) if e.meta_incomplete() => {
                 eprintln!(
-                    "instrfn: the trace in {} is incomplete ({e}): was its disk full?",
+                    "instrfn: the trace in {} is incomplete ({e}): was its disk full, or the \
+                     file size limit (`ulimit -f`) too low?",
                     output.display()
                 )
             }

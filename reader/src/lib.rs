@@ -50,6 +50,7 @@ impl std::error::Error for Error {}
 const NO_TRACE: &str = "no trace in this directory (no <pid>.<image>.meta file)";
 const NOT_A_TRACE: &str = "not an instrfn trace (its first line is not `instrfn-trace <version>`)";
 const TRUNCATED: &str = "truncated: no `process` or `clock` line";
+const EMPTY: &str = "empty: the process wrote none of its trace";
 
 impl Error {
     /// The directory holds no meta file at all.
@@ -59,7 +60,7 @@ impl Error {
 
     /// A meta file without its header lines (empty or cut short: its disk was full, say).
     pub fn meta_incomplete(&self) -> bool {
-        self.message == NOT_A_TRACE || self.message == TRUNCATED
+        self.message == NOT_A_TRACE || self.message == TRUNCATED || self.message == EMPTY
     }
 }
 
@@ -381,6 +382,9 @@ impl Process {
     fn open(meta_path: &Path, events_path: &Path) -> Result<Process, Error> {
         let text =
             std::fs::read(meta_path).map_err(|e| error(meta_path, format!("cannot read: {e}")))?;
+        if text.is_empty() {
+            return Err(error(meta_path, EMPTY));
+        }
         let text = String::from_utf8_lossy(&text);
         let mut lines = text.lines();
         let first = lines.next().unwrap_or("");
