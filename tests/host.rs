@@ -3066,8 +3066,8 @@ fn with_file_size_limit(cmd: &mut Command, bytes: u64) -> &mut Command {
 
 #[test]
 fn programs_under_a_file_size_limit_keep_running_and_keep_what_fits() {
-    // A write past RLIMIT_FSIZE raises SIGXFSZ, sent to the process, whose default action ends
-    // it with a core dump: under `ulimit -f 256` a traced program died as its trace files
+    // A write past RLIMIT_FSIZE raises SIGXFSZ, whose default action ends the program with a
+    // core dump: under `ulimit -f 256` a traced program died as its trace files
     // passed 256 KiB, before printing anything (exit status 128+25), and one whose gmon.out
     // was larger than the limit died at exit. instrfn checks its own writes against the limit:
     // the program runs and exits as it does untraced, says once what was left out, and keeps
