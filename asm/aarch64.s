@@ -568,6 +568,11 @@ instrfn_aarch64_\name:
     .endif
 .Ltevent_\name:
     mrs     x2, cntvct_el0                  // timestamp
+    .ifc \kind,exit
+    // an exit whose call recorded nothing inside it: a call word (x0, x3, x4, x7 scratch
+    // here: saved above, or written by the event below anyway)
+    MERGE_CALL x16, \self, x2, 0, 3, 4, 7, .Ltret_\name, instrfn_aarch64_cyg_exit_merge
+    .endif
     // our event (x8; no room: the slow path)
     EVENT_K 4, x16, x8, x0, x7, 3, 2, \self, x6, .Ltnochunk_\name
     .ifc \kind,hijack

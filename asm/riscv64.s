@@ -272,6 +272,71 @@ instrfn_riscv64_sites:
 9:
     .endm
 
+# MERGE_CALL fn, ts, done, label: an exit told together with its entry in one word, a call
+#   word (docs/trace-format.md, chunk version 3), where the entry is the thread's newest
+#   event, a short one of fn (the call recorded nothing inside it), and the word can hold the
+#   entry's time, the call's length and fn. asm/x86_64.s MERGE_CALL is the reference: the same
+#   checks, and why the pin makes it safe with signal handlers (a handler runs on this thread,
+#   so it sees this code's stores in program order; the collector sees the chunk only after
+#   its retirement, a release, which the pin keeps from happening before the store). t0 =
+#   &Tls, fn the function, ts the exit's timestamp (both only read); clobbers t1, t2, t3, a2,
+#   a3. Branches to `done` with the call word written; else falls through with nothing
+#   written. `label` is a hidden global label at the word's store
+#   (tests/fixtures/c/exit_window.c stops there).
+    .macro MERGE_CALL fn, ts, done, label
+    ld t1, {TLS_TRACE_END}(t0)
+    beqz t1, 8f                            # no chunk
+    ld t2, {TLS_TRACE_PIN}(t0)
+    bnez t2, 8f                            # held by an exit this handler interrupted (or off)
+    sd t1, {TLS_TRACE_PIN}(t0)             # pin: the chunk stays ours
+    ld t2, {TLS_TRACE_POS}(t0)
+    ld t3, {TLS_TRACE_CBASE}(t0)
+    sub t3, \fn, t3                        # t3 = fn - code base
+    ld a2, {TLS_TRACE_END}(t0)
+    bne a2, t1, 7f                         # a handler gave the thread a new chunk before the pin
+    srli a2, t3, 32
+    bnez a2, 7f                            # fn out of the code base's reach
+    ld t1, -8(t2)                          # the newest word (at a chunk's start: the header's
+    slli a2, t3, 32                        # last, which is 0)
+    xor a2, a2, t1
+    xori a2, a2, {EV_TAG_ENTRY}
+    srli a3, a2, 32
+    bnez a3, 7f
+    andi a3, a2, 3
+    bnez a3, 7f                            # not a short entry of fn
+    slli t1, t1, 32
+    srli t1, t1, 34                        # t1 = the entry's time - time base
+    srli a3, t1, {EV_CALL_T0_BITS}
+    bnez a3, 7f
+    ld a2, {TLS_TRACE_TBASE}(t0)
+    sub a2, \ts, a2
+    sub a2, a2, t1                         # a2 = the call's length (past 2^63 if negative)
+    srli a3, a2, {EV_CALL_DUR_BITS}
+    bnez a3, 7f
+    li a3, {EV_CALL_FN_OFFSET}
+    sub t3, t3, a3                         # fn - code base - EV_CALL_FN_OFFSET (past 2^63 if
+    srli a3, t3, {EV_CALL_FN_BITS}         # below it)
+    bnez a3, 7f                            # too far from the code base's middle
+    slli t3, t3, {EV_CALL_T0_BITS} + {EV_CALL_DUR_BITS}
+    slli a2, a2, {EV_CALL_T0_BITS}
+    or t3, t3, a2
+    or t3, t3, t1                          # the 61-bit value: f << 38 | d << 26 | t
+    srli a2, t3, 5
+    slli a2, a2, 8                         # its high bits to 63..8,
+    andi t3, t3, 31
+    slli t3, t3, 2
+    or a2, a2, t3                          # its low 5 to 6..2
+    ori a2, a2, {EV_CALL_MARK} | {EV_TAG_LONG}
+    .globl \label
+    .hidden \label
+\label:
+    sd a2, -8(t2)                          # the entry's word becomes the call word
+    sd zero, {TLS_TRACE_PIN}(t0)
+    j \done
+7:  sd zero, {TLS_TRACE_PIN}(t0)
+8:
+    .endm
+
 # instrfn_riscv64_mcount: the fast path of mcount/_mcount, new arcs and marked sites included.
 #   Entry: ra = self_pc; from_pc is in a0 (gcc, rustc) or at -8(s0) (clang), as the site's
 #   marker says (see the header). Every register is preserved (a0 too); t0, t1, t2 are
@@ -918,6 +983,8 @@ instrfn_riscv64_exit_ours:
     auipc t1, %pcrel_hi(instrfn_min_ticks)
     ld t1, %pcrel_lo(.Lexit_min)(t1)
     bnez t1, .Lexit_short                  # INSTRFN_MIN_DURATION: maybe no events at all
+    rdtime t6                              # a call that recorded nothing inside it: a call
+    MERGE_CALL t5, t6, .Lexit_pop, instrfn_riscv64_exit_merge # word (a2, a3 are dead here)
     TRACE_EVENT {EV_EXIT}, t5, .Lexit_slow, t6 # (no room: nothing popped yet, the slow path
                                            # does all)
 .Lexit_pop:

@@ -664,15 +664,19 @@ fn aarch64_trace_survives_a_traced_handler_at_every_instruction() {
 /// every event is short here (all 6006 before call words). The first loop's calls of near(),
 /// which record nothing inside them, are call words (one word for an entry and its exit); the
 /// library's are not (more than 4 MiB from the code base's middle). The long form's code is
-/// the one entries without exit take (the pac-ret golden tests, every event long).
+/// the one entries without exit take (the pac-ret golden tests, every event long). The same
+/// built with -finstrument-functions: `__cyg_profile_func_exit` makes the call words
+/// (MERGE_CALL, as the mcount exit does; none before).
 #[test]
 fn aarch64_compact_events_take_the_long_form_where_they_must() {
     const N: u64 = 1000;
-    let c = compact_under_qemu(AARCH64, N);
-    assert!(
-        c.calls > N * 9 / 10 && c.calls <= 2 * N && c.short + 2 * c.calls >= 4 * N,
-        "{c:?}"
-    );
+    for flag in ["-pg", "-finstrument-functions"] {
+        let c = compact_under_qemu(AARCH64, N, flag);
+        assert!(
+            c.calls > N * 9 / 10 && c.calls <= 2 * N && c.short + 2 * c.calls >= 4 * N,
+            "{flag}: {c:?}"
+        );
+    }
 }
 
 /// The exit trampoline that makes a call word held up at its store (exit_window.c `merge`, a

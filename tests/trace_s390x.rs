@@ -875,7 +875,7 @@ fn s390x_trace_survives_a_traced_handler_at_every_instruction() {
 #[test]
 fn s390x_compact_events_take_the_long_form_where_they_must() {
     const N: u64 = 1000;
-    let c = compact_under_qemu(S390X, N);
+    let c = compact_under_qemu(S390X, N, "-pg");
     assert!(!c.little_endian, "{c:?}");
     assert!(c.short >= 2 * N && c.long >= 2 * N + 2, "{c:?}");
 }

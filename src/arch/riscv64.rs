@@ -51,6 +51,13 @@ trampoline_asm!(
     RULE_A0 = const RULE_A0,
     RULE_FRAME = const RULE_FRAME,
     RULE_NONE = const RULE_NONE,
+    // Call words (MERGE_CALL in the exit trampoline).
+    TLS_TRACE_PIN = const offset_of!(Tls, trace_pin),
+    EV_CALL_MARK = const crate::trace::layout::EV_CALL_MARK,
+    EV_CALL_T0_BITS = const crate::trace::layout::EV_CALL_T0_BITS,
+    EV_CALL_DUR_BITS = const crate::trace::layout::EV_CALL_DUR_BITS,
+    EV_CALL_FN_BITS = const crate::trace::layout::EV_CALL_FN_BITS,
+    EV_CALL_FN_OFFSET = const crate::trace::layout::EV_CALL_FN_OFFSET,
 );
 
 /// log2 of the words of `instrfn_riscv64_decided` (64 KiB of .bss, touched as used): up to

@@ -1100,12 +1100,12 @@ pub fn assert_compact_trace(trace: &Path, stdout: &str, n: u64, context: &str) -
     c
 }
 
-/// tests/fixtures/c/compact.c for `arch` (gcc -O2 -pg, linked with a -pg libwork.so), run
-/// `n` preloaded in trace mode under qemu, checked by [`assert_compact_trace`]: returns its
-/// chunk.
-pub fn compact_under_qemu(arch: Arch, n: u64) -> RawChunk {
-    let dir = workdir(&format!("{}-trace-compact", arch.name));
-    let lib_args = ["-O2", "-pg", "-fPIC", "-shared"].map(OsStr::new);
+/// tests/fixtures/c/compact.c for `arch` (gcc -O2 `flag`: -pg or -finstrument-functions,
+/// linked with a libwork.so built the same way), run `n` preloaded in trace mode under qemu,
+/// checked by [`assert_compact_trace`]: returns its chunk.
+pub fn compact_under_qemu(arch: Arch, n: u64, flag: &str) -> RawChunk {
+    let dir = workdir(&format!("{}-trace-compact{flag}", arch.name));
+    let lib_args = ["-O2", flag, "-fPIC", "-shared"].map(OsStr::new);
     let src = fixture("c/libwork.c");
     let mut args = lib_args.to_vec();
     args.push(src.as_os_str());
@@ -1116,7 +1116,7 @@ pub fn compact_under_qemu(arch: Arch, n: u64) -> RawChunk {
         arch,
         &[
             OsStr::new("-O2"),
-            OsStr::new("-pg"),
+            OsStr::new(flag),
             src.as_os_str(),
             lib.as_os_str(),
             OsStr::new(&rpath),
@@ -1665,6 +1665,7 @@ pub fn bpsweep_rounds(arch: Arch, dir: &Path, how: Sweep, rounds: &[SweepRound])
             "__cyg_profile_func_exit".to_string(),
             format!("instrfn_{a}_cyg_enter"),
             format!("instrfn_{a}_cyg_exit"),
+            format!("instrfn_{a}_cyg_exit_merge"),
             // (Not riscv64's instrfn_riscv64_cyg_trace_enter/exit: the slow routine calls
             // them with signals blocked, where a breakpoint's trap would kill the process.)
         ],
