@@ -77,27 +77,17 @@ pub mod layout {
     /// (23 bits: 4 MiB on either side of the code base's middle). Written by the x86_64 exit
     /// trampolines and `__cyg_profile_func_exit` (asm/x86_64.s MERGE_CALL), aarch64's (the
     /// mcount and XRay exits, `__cyg_profile_func_exit`: asm/aarch64.s MERGE_CALL) and
-    /// riscv64's mcount exit trampoline (asm/riscv64.s MERGE_CALL) where all three fit; not on
-    /// s390x. The events a reader gets from it are the entry and exit it replaces, in place.
+    /// riscv64's and s390x's mcount exit trampolines (asm/riscv64.s MERGE_CALL, asm/s390x.s
+    /// instrfn_s390x_exit) where all three fit. The events a reader gets from it are the entry and exit it replaces, in place.
     pub use call_words::*;
-    #[cfg_attr(
-        not(any(
-            target_arch = "x86_64",
-            target_arch = "aarch64",
-            target_arch = "riscv64"
-        )),
-        allow(dead_code)
-    )]
     mod call_words {
         pub const EV_CALL_MARK: usize = 0x80;
         pub const EV_CALL_T0_BITS: usize = 26;
         pub const EV_CALL_DUR_BITS: usize = 12;
         pub const EV_CALL_FN_BITS: usize = 23;
-        /// (x86_64 and riscv64 subtract it as such; aarch64 flips bit 31 and adds 2^22.)
-        #[cfg_attr(
-            not(any(target_arch = "x86_64", target_arch = "riscv64")),
-            allow(dead_code)
-        )]
+        /// (x86_64, riscv64 and s390x subtract it as such; aarch64 flips bit 31 and adds
+        /// 2^22.)
+        #[cfg_attr(target_arch = "aarch64", allow(dead_code))]
         pub const EV_CALL_FN_OFFSET: u64 = super::EV_CODE_HALF - (1 << (EV_CALL_FN_BITS - 1));
     }
     const _: () = assert!(EV_CALL_T0_BITS + EV_CALL_DUR_BITS + EV_CALL_FN_BITS == 61);
@@ -1235,7 +1225,7 @@ fn keep_from_call_words(tls: &mut Tls) {
 /// Hands the chunk at `base` (0: none), whose events end at `end`, to the collector, unless
 /// this thread's `trace_pin` holds it: an exit trampoline that the running code (a signal
 /// handler) interrupted is about to store a call word into it (MERGE_CALL in asm/x86_64.s,
-/// asm/aarch64.s and asm/riscv64.s).
+/// asm/aarch64.s and asm/riscv64.s, instrfn_s390x_exit's merge in asm/s390x.s).
 /// Such a chunk waits in the block's `pinned` until a later call finds the pin gone. At most
 /// one chunk is pinned at a time.
 fn retire_chunk(tls: &Tls, t: &BlockTrace, base: usize, end: usize) {
