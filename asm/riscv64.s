@@ -279,11 +279,11 @@ instrfn_riscv64_sites:
 #   checks, and why the pin makes it safe with signal handlers (a handler runs on this thread,
 #   so it sees this code's stores in program order; the collector sees the chunk only after
 #   its retirement, a release, which the pin keeps from happening before the store). t0 =
-#   &Tls, fn the function, ts the exit's timestamp (both only read); clobbers t1, t2, t3, a2,
-#   a3. Branches to `done` with the call word written; else falls through with nothing
+#   &Tls, fn the function, ts the exit's timestamp (both only read); clobbers t1, t2, t3, x,
+#   y (a2, a3 unless given). Branches to `done` with the call word written; else falls through with nothing
 #   written. `label` is a hidden global label at the word's store
 #   (tests/fixtures/c/exit_window.c stops there).
-    .macro MERGE_CALL fn, ts, done, label
+    .macro MERGE_CALL fn, ts, done, label, x=a2, y=a3
     ld t1, {TLS_TRACE_END}(t0)
     beqz t1, 8f                            # no chunk
     ld t2, {TLS_TRACE_PIN}(t0)
@@ -292,45 +292,45 @@ instrfn_riscv64_sites:
     ld t2, {TLS_TRACE_POS}(t0)
     ld t3, {TLS_TRACE_CBASE}(t0)
     sub t3, \fn, t3                        # t3 = fn - code base
-    ld a2, {TLS_TRACE_END}(t0)
-    bne a2, t1, 7f                         # a handler gave the thread a new chunk before the pin
-    srli a2, t3, 32
-    bnez a2, 7f                            # fn out of the code base's reach
+    ld \x, {TLS_TRACE_END}(t0)
+    bne \x, t1, 7f                         # a handler gave the thread a new chunk before the pin
+    srli \x, t3, 32
+    bnez \x, 7f                            # fn out of the code base's reach
     ld t1, -8(t2)                          # the newest word (at a chunk's start: the header's
-    slli a2, t3, 32                        # last, which is 0)
-    xor a2, a2, t1
-    xori a2, a2, {EV_TAG_ENTRY}
-    srli a3, a2, 32
-    bnez a3, 7f
-    andi a3, a2, 3
-    bnez a3, 7f                            # not a short entry of fn
+    slli \x, t3, 32                        # last, which is 0)
+    xor \x, \x, t1
+    xori \x, \x, {EV_TAG_ENTRY}
+    srli \y, \x, 32
+    bnez \y, 7f
+    andi \y, \x, 3
+    bnez \y, 7f                            # not a short entry of fn
     slli t1, t1, 32
     srli t1, t1, 34                        # t1 = the entry's time - time base
-    srli a3, t1, {EV_CALL_T0_BITS}
-    bnez a3, 7f
-    ld a2, {TLS_TRACE_TBASE}(t0)
-    sub a2, \ts, a2
-    sub a2, a2, t1                         # a2 = the call's length (past 2^63 if negative)
-    srli a3, a2, {EV_CALL_DUR_BITS}
-    bnez a3, 7f
-    li a3, {EV_CALL_FN_OFFSET}
-    sub t3, t3, a3                         # fn - code base - EV_CALL_FN_OFFSET (past 2^63 if
-    srli a3, t3, {EV_CALL_FN_BITS}         # below it)
-    bnez a3, 7f                            # too far from the code base's middle
+    srli \y, t1, {EV_CALL_T0_BITS}
+    bnez \y, 7f
+    ld \x, {TLS_TRACE_TBASE}(t0)
+    sub \x, \ts, \x
+    sub \x, \x, t1                         # the call's length (past 2^63 if negative)
+    srli \y, \x, {EV_CALL_DUR_BITS}
+    bnez \y, 7f
+    li \y, {EV_CALL_FN_OFFSET}
+    sub t3, t3, \y                         # fn - code base - EV_CALL_FN_OFFSET (past 2^63 if
+    srli \y, t3, {EV_CALL_FN_BITS}         # below it)
+    bnez \y, 7f                            # too far from the code base's middle
     slli t3, t3, {EV_CALL_T0_BITS} + {EV_CALL_DUR_BITS}
-    slli a2, a2, {EV_CALL_T0_BITS}
-    or t3, t3, a2
+    slli \x, \x, {EV_CALL_T0_BITS}
+    or t3, t3, \x
     or t3, t3, t1                          # the 61-bit value: f << 38 | d << 26 | t
-    srli a2, t3, 5
-    slli a2, a2, 8                         # its high bits to 63..8,
+    srli \x, t3, 5
+    slli \x, \x, 8                         # its high bits to 63..8,
     andi t3, t3, 31
     slli t3, t3, 2
-    or a2, a2, t3                          # its low 5 to 6..2
-    ori a2, a2, {EV_CALL_MARK} | {EV_TAG_LONG}
+    or \x, \x, t3                          # its low 5 to 6..2
+    ori \x, \x, {EV_CALL_MARK} | {EV_TAG_LONG}
     .globl \label
     .hidden \label
 \label:
-    sd a2, -8(t2)                          # the entry's word becomes the call word
+    sd \x, -8(t2)                          # the entry's word becomes the call word
     sd zero, {TLS_TRACE_PIN}(t0)
     j \done
 7:  sd zero, {TLS_TRACE_PIN}(t0)
@@ -774,8 +774,32 @@ instrfn_riscv64_cyg_\name:
     ret
     .cfi_restore_state
 .Lcyg_\name\()_trace:
+    .ifc \name,exit
+    # A call that recorded nothing inside it: a call word (t5 and t6 kept at 40 and 56(sp) for
+    # it: every register is preserved here).
+    sd t5, 40(sp)
+    .cfi_rel_offset t5, 40
+    sd t6, 56(sp)
+    .cfi_rel_offset t6, 56
+    rdtime t4
+    MERGE_CALL a0, t4, .Lcyg_exit_merged, instrfn_riscv64_cyg_exit_merge, t5, t6
+    ld t5, 40(sp)
+    .cfi_restore t5
+    ld t6, 56(sp)
+    .cfi_restore t6
+    .endif
     TRACE_EVENT \kind, a0, .Lcyg_\name\()_tslow, t4
     j .Lcyg_\name\()_out
+    .ifc \name,exit
+.Lcyg_exit_merged:
+    .cfi_rel_offset t5, 40
+    .cfi_rel_offset t6, 56
+    ld t5, 40(sp)
+    .cfi_restore t5
+    ld t6, 56(sp)
+    .cfi_restore t6
+    j .Lcyg_exit_out
+    .endif
 .Lcyg_\name\()_tslow:
     lla t0, instrfn_riscv64_cyg_trace_\name
     j .Lcyg_\name\()_handover

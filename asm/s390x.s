@@ -197,6 +197,70 @@ instrfn_s390x_vx:
 9:
     .endm
 
+# S390_MERGE tls, tsat, posat, f, w, t, done, label: an exit told together with its entry in
+#   one word, a call word (docs/trace-format.md, chunk version 3), where the entry is the
+#   thread's newest event, a short one of the function (the call recorded nothing inside it),
+#   and the word can hold the entry's time, the call's length and the function. asm/x86_64.s
+#   MERGE_CALL is the reference: the same checks, and why the pin makes it safe with signal
+#   handlers (a handler runs on this thread, so it sees these stores in program order; the
+#   collector sees the chunk only after its retirement, which the pin keeps from happening
+#   before the store). In: \tls = &Tls, \f = the function, the exit's timestamp at \tsat;
+#   \posat 8 bytes of scratch memory no handler touches. Clobbers \f, \w, \t (three distinct
+#   registers, r0 allowed for \f only). Branches to \done with the call word written; else
+#   falls through with nothing written. \label is a hidden global label at the word's store
+#   (tests/fixtures/c/exit_window.c stops there).
+    .macro S390_MERGE tls, tsat, posat, f, w, t, done, label
+    lg \w,{TLS_TRACE_END}(\tls)
+    ltgr \w,\w
+    jz 8f                                   # no chunk
+    cghsi {TLS_TRACE_PIN}(\tls),0
+    jne 8f                                  # held by an exit this handler interrupted (or off)
+    stg \w,{TLS_TRACE_PIN}(\tls)           # pin: the chunk stays ours
+    lg \t,{TLS_TRACE_POS}(\tls)
+    stg \t,\posat
+    clg \w,{TLS_TRACE_END}(\tls)
+    jne 7f                                  # a handler gave the thread a new chunk before the pin
+    sg \f,{TLS_TRACE_CBASE}(\tls)          # the function - code base
+    clgfi \f,4294967295
+    jh 7f                                   # out of the code base's reach
+    lg \w,-8(\t)                           # the newest word (at a chunk's start: the
+    srlg \t,\w,32                          # header's last, which is 0)
+    clgr \t,\f
+    jne 7f                                  # not the function's
+    lghi \t,3
+    ngr \t,\w
+    cghi \t,{EV_TAG_ENTRY}
+    jne 7f                                  # not a short entry
+    risbg \w,\w,34,128+63,62                # the entry's time - time base
+    clgfi \w,(1 << {EV_CALL_T0_BITS}) - 1
+    jh 7f
+    lg \t,\tsat
+    sg \t,{TLS_TRACE_TBASE}(\tls)
+    sgr \t,\w                               # the call's length (past 2^63 if negative)
+    clgfi \t,(1 << {EV_CALL_DUR_BITS}) - 1
+    jh 7f
+    slgfi \f,{EV_CALL_FN_OFFSET}            # the function - code base - EV_CALL_FN_OFFSET
+    clgfi \f,(1 << {EV_CALL_FN_BITS}) - 1   # (past 2^63 if below it)
+    jh 7f                                   # too far from the code base's middle
+    sllg \f,\f,{EV_CALL_T0_BITS} + {EV_CALL_DUR_BITS}
+    sllg \t,\t,{EV_CALL_T0_BITS}
+    ogr \f,\t
+    ogr \f,\w                               # the 61-bit value: f << 38 | d << 26 | t
+    srlg \w,\f,5
+    sllg \w,\w,8                            # its high bits to 63..8,
+    risbg \w,\f,57,61,2                     # its low 5 to 6..2
+    oill \w,{EV_CALL_MARK} | {EV_TAG_LONG}
+    lg \t,\posat
+    .globl \label
+    .hidden \label
+\label:
+    stg \w,-8(\t)                          # the entry's word becomes the call word
+    mvghi {TLS_TRACE_PIN}(\tls),0
+    j \done
+7:  mvghi {TLS_TRACE_PIN}(\tls),0
+8:
+    .endm
+
 # LONG_EXIT: writes the exit trampoline's long exit event at r1 (reserved): the timestamp at
 #   48(%r15) with its low bits 0, then the word that marks it written, of the function of the
 #   shadow entry at r4, made with 56(%r15) (r6's and r7's slots of the returning function's
@@ -385,6 +449,8 @@ instrfn_s390x_\name:
     .else
     stckf 48(%r15)
     .ifc \trace,exit
+    lgr %r3,%r1                             # a call that recorded nothing inside it:
+    S390_MERGE %r2, 48(%r15), 64(%r15), %r3, %r4, %r5, .Ltret_\name, instrfn_s390x_cyg_exit_merge
     S390_EVENT 48(%r15), 56(%r15), {EV_EXIT}, .Ltnochunk_\name
     .else
     S390_EVENT 48(%r15), 56(%r15), {EV_ENTRY}, .Ltnochunk_\name
@@ -413,6 +479,7 @@ instrfn_s390x_\name:
     .hidden instrfn_s390x_\name\()_hijacked
 instrfn_s390x_\name\()_hijacked:
     .endif
+.Ltret_\name:
     lmg %r2,%r5,16(%r15)
     br \ret
 .Ltnochunk_\name:
@@ -810,63 +877,8 @@ instrfn_s390x_exit_ours:
     # made in r6's and r7's slots of the returning function's save area (it restored both from
     # there; nothing reads them any more). No room: the entry is still ours, all goes slow.
     stckf 48(%r15)
-    # A call that recorded nothing inside it: its entry, the thread's newest event, becomes a
-    # call word (docs/trace-format.md, chunk version 3), where the word can hold the entry's
-    # time, the call's length and the function. asm/x86_64.s MERGE_CALL is the reference: the
-    # same checks, and why the pin makes it safe with signal handlers (a handler runs on this
-    # thread, so it sees these stores in program order; the collector sees the chunk only
-    # after its retirement, which the pin keeps from happening before the store). r0, r1, r5
-    # scratch; 64(S), r8's slot, keeps the position.
-    lg %r1,{TLS_TRACE_END}(%r14)
-    ltgr %r1,%r1
-    jz 8f                                   # no chunk
-    cghsi {TLS_TRACE_PIN}(%r14),0
-    jne 8f                                  # held by an exit this handler interrupted (or off)
-    stg %r1,{TLS_TRACE_PIN}(%r14)           # pin: the chunk stays ours
-    lg %r5,{TLS_TRACE_POS}(%r14)
-    stg %r5,64(%r15)
-    clg %r1,{TLS_TRACE_END}(%r14)
-    jne 7f                                  # a handler gave the thread a new chunk before the pin
-    lg %r0,{SH_FN}(%r4)
-    sg %r0,{TLS_TRACE_CBASE}(%r14)          # r0 = the function - code base
-    clgfi %r0,4294967295
-    jh 7f                                   # out of the code base's reach
-    lg %r1,-8(%r5)                          # the newest word (at a chunk's start: the
-    srlg %r5,%r1,32                         # header's last, which is 0)
-    clgr %r5,%r0
-    jne 7f                                  # not the function's
-    lghi %r5,3
-    ngr %r5,%r1
-    cghi %r5,{EV_TAG_ENTRY}
-    jne 7f                                  # not a short entry
-    risbg %r1,%r1,34,128+63,62              # r1 = the entry's time - time base
-    clgfi %r1,(1 << {EV_CALL_T0_BITS}) - 1
-    jh 7f
-    lg %r5,48(%r15)
-    sg %r5,{TLS_TRACE_TBASE}(%r14)
-    sgr %r5,%r1                             # r5 = the call's length (past 2^63 if negative)
-    clgfi %r5,(1 << {EV_CALL_DUR_BITS}) - 1
-    jh 7f
-    slgfi %r0,{EV_CALL_FN_OFFSET}           # the function - code base - EV_CALL_FN_OFFSET
-    clgfi %r0,(1 << {EV_CALL_FN_BITS}) - 1  # (past 2^63 if below it)
-    jh 7f                                   # too far from the code base's middle
-    sllg %r0,%r0,{EV_CALL_T0_BITS} + {EV_CALL_DUR_BITS}
-    sllg %r5,%r5,{EV_CALL_T0_BITS}
-    ogr %r0,%r5
-    ogr %r0,%r1                             # the 61-bit value: f << 38 | d << 26 | t
-    srlg %r1,%r0,5
-    sllg %r1,%r1,8                          # its high bits to 63..8,
-    risbg %r1,%r0,57,61,2                   # its low 5 to 6..2
-    oill %r1,{EV_CALL_MARK} | {EV_TAG_LONG}
-    lg %r5,64(%r15)
-    .globl instrfn_s390x_exit_merge
-    .hidden instrfn_s390x_exit_merge
-instrfn_s390x_exit_merge:
-    stg %r1,-8(%r5)                         # the entry's word becomes the call word
-    mvghi {TLS_TRACE_PIN}(%r14),0
-    j .Lexit_pop
-7:  mvghi {TLS_TRACE_PIN}(%r14),0
-8:
+    lg %r0,{SH_FN}(%r4)                     # a call that recorded nothing inside it:
+    S390_MERGE %r14, 48(%r15), 64(%r15), %r0, %r1, %r5, .Lexit_pop, instrfn_s390x_exit_merge
 1:  lg %r1,{TLS_TRACE_POS}(%r14)
     lg %r0,{SH_FN}(%r4)                     # the function that returned
     sg %r0,{TLS_TRACE_CBASE}(%r14)

@@ -74,11 +74,9 @@ pub mod layout {
     /// event's first word has bit 7 clear). Its bits 63..8 and 6..2 hold, as high 56 and low 5
     /// bits, a 61-bit value `f << 38 | d << 26 | t`: t the entry's time - time base (26 bits),
     /// d the call's length in ticks (12 bits), f the function - code base - EV_CALL_FN_OFFSET
-    /// (23 bits: 4 MiB on either side of the code base's middle). Written by the x86_64 exit
-    /// trampolines and `__cyg_profile_func_exit` (asm/x86_64.s MERGE_CALL), aarch64's (the
-    /// mcount and XRay exits, `__cyg_profile_func_exit`: asm/aarch64.s MERGE_CALL) and
-    /// riscv64's and s390x's mcount exit trampolines (asm/riscv64.s MERGE_CALL, asm/s390x.s
-    /// instrfn_s390x_exit) where all three fit. The events a reader gets from it are the entry and exit it replaces, in place.
+    /// (23 bits: 4 MiB on either side of the code base's middle). Written by every exit
+    /// trampoline and `__cyg_profile_func_exit` (MERGE_CALL in asm/x86_64.s, asm/aarch64.s and
+    /// asm/riscv64.s, S390_MERGE in asm/s390x.s) where all three fit. The events a reader gets from it are the entry and exit it replaces, in place.
     pub use call_words::*;
     mod call_words {
         pub const EV_CALL_MARK: usize = 0x80;
@@ -1225,7 +1223,7 @@ fn keep_from_call_words(tls: &mut Tls) {
 /// Hands the chunk at `base` (0: none), whose events end at `end`, to the collector, unless
 /// this thread's `trace_pin` holds it: an exit trampoline that the running code (a signal
 /// handler) interrupted is about to store a call word into it (MERGE_CALL in asm/x86_64.s,
-/// asm/aarch64.s and asm/riscv64.s, instrfn_s390x_exit's merge in asm/s390x.s).
+/// asm/aarch64.s and asm/riscv64.s, S390_MERGE in asm/s390x.s).
 /// Such a chunk waits in the block's `pinned` until a later call finds the pin gone. At most
 /// one chunk is pinned at a time.
 fn retire_chunk(tls: &Tls, t: &BlockTrace, base: usize, end: usize) {
