@@ -3151,6 +3151,31 @@ fn programs_under_a_file_size_limit_keep_running_and_keep_what_fits() {
     assert!(kept > 1000 && kept < T * N, "work_a calls kept: {kept}");
     assert!(procs[0].lost > 0, "{}", procs[0].header);
 
+    // The tools under a limit their output passes: one line, a non-zero exit, no file and no
+    // temporary file left (SIGXFSZ killed `instrfn export -o` and left its temporary file).
+    let json = dir.join("out.json");
+    let mut export = Command::new(instrfn_cli());
+    export
+        .args(["export", "--format", "chrome", "-o"])
+        .arg(&json)
+        .arg(&trace);
+    let out = run(with_file_size_limit(&mut export, 4096));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr_of(&out));
+    assert_eq!(
+        stderr_of(&out),
+        format!(
+            "instrfn: cannot write {}: File too large (os error 27): the file size limit \
+             (`ulimit -f`) is reached\n",
+            json.display()
+        )
+    );
+    let left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|f| f.contains("out.json"))
+        .collect();
+    assert!(left.is_empty(), "files left: {left:?}");
+
     // A limit of 0: nothing can be written, not even the meta file's header; the program
     // still runs as it does untraced, and the reader says the trace is empty.
     let _ = std::fs::remove_dir_all(&trace);

@@ -66,6 +66,17 @@ pub enum ExportFormat {
 pub(crate) struct Sink {
     out: Box<dyn Write>,
     tmp: Option<(PathBuf, PathBuf)>,
+    /// What is written, for messages: the -o file, or standard output.
+    name: String,
+}
+
+/// The message for a failed write of `name`.
+pub(crate) fn write_error(name: &str, e: std::io::Error) -> String {
+    if e.raw_os_error() == Some(libc::EFBIG) {
+        format!("cannot write {name}: {e}: the file size limit (`ulimit -f`) is reached")
+    } else {
+        format!("cannot write {name}: {e}")
+    }
 }
 
 impl Sink {
@@ -77,6 +88,7 @@ impl Sink {
                     std::io::stdout(),
                 )),
                 tmp: None,
+                name: "standard output".to_string(),
             });
         };
         let name = path
@@ -91,6 +103,7 @@ impl Sink {
         Ok(Sink {
             out: Box::new(std::io::BufWriter::with_capacity(1 << 20, f)),
             tmp: Some((tmp, path.to_path_buf())),
+            name: path.display().to_string(),
         })
     }
 
@@ -101,11 +114,11 @@ impl Sink {
     pub(crate) fn write_bytes(&mut self, b: &[u8]) -> Result<(), String> {
         self.out
             .write_all(b)
-            .map_err(|e| format!("cannot write: {e}"))
+            .map_err(|e| write_error(&self.name, e))
     }
 
     fn finish(mut self) -> Result<(), String> {
-        self.out.flush().map_err(|e| format!("cannot write: {e}"))?;
+        self.out.flush().map_err(|e| write_error(&self.name, e))?;
         drop(std::mem::replace(&mut self.out, Box::new(std::io::sink())));
         if let Some((tmp, path)) = self.tmp.take() {
             std::fs::rename(&tmp, &path).map_err(|e| {

@@ -82,6 +82,12 @@ fn main() -> ExitCode {
         // it does other tools, instead of an error about the broken pipe.
         // SAFETY: restoring the default action of SIGPIPE before any thread is started.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+        // Under a file size limit (`ulimit -f`) a write past it fails with EFBIG, which the
+        // command reports (and an -o FILE's temporary file goes), instead of SIGXFSZ killing
+        // it and leaving the temporary file behind. (Not for `record`: the program it starts
+        // inherits ignored signals.)
+        // SAFETY: ignoring SIGXFSZ before any thread is started.
+        unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
     }
     let result = match cli.command {
         Command::Record {
@@ -306,7 +312,7 @@ fn trace_summary(trace: &Trace, dir: &Path) -> (u64, String) {
 
 /// One line of output.
 fn put(out: &mut impl std::io::Write, s: String) -> Result<(), String> {
-    writeln!(out, "{s}").map_err(|e| format!("cannot write: {e}"))
+    writeln!(out, "{s}").map_err(|e| export::write_error("standard output", e))
 }
 
 fn dump(dir: &Path, raw: bool) -> Result<ExitCode, String> {
@@ -380,6 +386,7 @@ fn dump(dir: &Path, raw: bool) -> Result<ExitCode, String> {
             }
         }
     }
-    out.flush().map_err(|e| format!("cannot write: {e}"))?;
+    out.flush()
+        .map_err(|e| export::write_error("standard output", e))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -318,7 +318,7 @@ pub fn run(a: &ReportArgs) -> Result<ExitCode, String> {
     };
     out.write_all(text.as_bytes())
         .and_then(|_| out.flush())
-        .map_err(|e| format!("cannot write: {e}"))?;
+        .map_err(|e| crate::export::write_error("standard output", e))?;
     Ok(ExitCode::SUCCESS)
 }
 
