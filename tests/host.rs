@@ -3046,6 +3046,15 @@ fn return_pad_unwind_expression_is_its_generators() {
     }
 }
 
+/// The names of the files in `dir` that contain `part`.
+fn names_containing(dir: &Path, part: &str) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|f| f.contains(part))
+        .collect()
+}
+
 /// `cmd` with the soft file size limit (RLIMIT_FSIZE, `ulimit -f`) at `bytes` for the child.
 fn with_file_size_limit(cmd: &mut Command, bytes: u64) -> &mut Command {
     use std::os::unix::process::CommandExt;
@@ -3106,11 +3115,7 @@ fn programs_under_a_file_size_limit_keep_running_and_keep_what_fits() {
         size - 1
     );
     assert_eq!(stderr_of(&out), said, "a limit one byte short");
-    let left: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|f| f.starts_with("gmon.out"))
-        .collect();
+    let left = names_containing(&dir, "gmon.out");
     assert!(left.is_empty(), "files left: {left:?}");
     let out = traced(size, &[]);
     assert_eq!(stderr_of(&out), "", "a limit that fits");
@@ -3169,11 +3174,7 @@ fn programs_under_a_file_size_limit_keep_running_and_keep_what_fits() {
             json.display()
         )
     );
-    let left: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|f| f.contains("out.json"))
-        .collect();
+    let left = names_containing(&dir, "out.json");
     assert!(left.is_empty(), "files left: {left:?}");
 
     // A limit of 0: nothing can be written, not even the meta file's header; the program

@@ -38,12 +38,6 @@ trampoline_asm!("../../asm/aarch64.s" + "../../asm/aarch64-xray.s";
     SITE_SHIFT = const SITE_SHIFT,
     SITE_PLAIN = const SITE_PLAIN,
     SITE_ENTRY_ONLY = const SITE_ENTRY_ONLY,
-    // Call words (MERGE_CALL): x86_64 and aarch64 write them.
-    TLS_TRACE_PIN = const core::mem::offset_of!(crate::thread::Tls, trace_pin),
-    EV_CALL_MARK = const crate::trace::layout::EV_CALL_MARK,
-    EV_CALL_T0_BITS = const crate::trace::layout::EV_CALL_T0_BITS,
-    EV_CALL_DUR_BITS = const crate::trace::layout::EV_CALL_DUR_BITS,
-    EV_CALL_FN_BITS = const crate::trace::layout::EV_CALL_FN_BITS,
 );
 
 /// `naked_asm!` as the assembly is written (default options).

@@ -113,6 +113,12 @@ macro_rules! trampoline_asm {
             EV_TIME_BITS = const crate::trace::layout::EV_TIME_BITS,
             EV_ENTRY = const crate::trace::layout::EV_ENTRY,
             EV_EXIT = const crate::trace::layout::EV_EXIT,
+            // Call words (MERGE_CALL, S390_MERGE).
+            TLS_TRACE_PIN = const core::mem::offset_of!(crate::thread::Tls, trace_pin),
+            EV_CALL_MARK = const crate::trace::layout::EV_CALL_MARK,
+            EV_CALL_T0_BITS = const crate::trace::layout::EV_CALL_T0_BITS,
+            EV_CALL_DUR_BITS = const crate::trace::layout::EV_CALL_DUR_BITS,
+            EV_CALL_FN_BITS = const crate::trace::layout::EV_CALL_FN_BITS,
             $($($name = const $value,)+)?
             $(options($opt))?
         );

@@ -51,12 +51,7 @@ trampoline_asm!(
     RULE_A0 = const RULE_A0,
     RULE_FRAME = const RULE_FRAME,
     RULE_NONE = const RULE_NONE,
-    // Call words (MERGE_CALL in the exit trampoline).
-    TLS_TRACE_PIN = const offset_of!(Tls, trace_pin),
-    EV_CALL_MARK = const crate::trace::layout::EV_CALL_MARK,
-    EV_CALL_T0_BITS = const crate::trace::layout::EV_CALL_T0_BITS,
-    EV_CALL_DUR_BITS = const crate::trace::layout::EV_CALL_DUR_BITS,
-    EV_CALL_FN_BITS = const crate::trace::layout::EV_CALL_FN_BITS,
+    // (Call words: MERGE_CALL subtracts the offset as such.)
     EV_CALL_FN_OFFSET = const crate::trace::layout::EV_CALL_FN_OFFSET,
 );
 

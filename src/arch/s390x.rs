@@ -8,12 +8,7 @@
 trampoline_asm!("../../asm/s390x.s";
     SH_SPARE = const crate::trace::layout::SH_SPARE,
     EV_NOEXIT = const crate::trace::layout::EV_NOEXIT,
-    // Call words (the exit trampoline's merge).
-    TLS_TRACE_PIN = const core::mem::offset_of!(crate::thread::Tls, trace_pin),
-    EV_CALL_MARK = const crate::trace::layout::EV_CALL_MARK,
-    EV_CALL_T0_BITS = const crate::trace::layout::EV_CALL_T0_BITS,
-    EV_CALL_DUR_BITS = const crate::trace::layout::EV_CALL_DUR_BITS,
-    EV_CALL_FN_BITS = const crate::trace::layout::EV_CALL_FN_BITS,
+    // (Call words: S390_MERGE subtracts the offset as such.)
     EV_CALL_FN_OFFSET = const crate::trace::layout::EV_CALL_FN_OFFSET,
 );
 

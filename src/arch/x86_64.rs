@@ -8,12 +8,7 @@
 // operand list.
 trampoline_asm!("../../asm/x86_64.s" + "../../asm/x86_64-xray.s", att_syntax;
     EV_NOEXIT = const crate::trace::layout::EV_NOEXIT,
-    // Call words (MERGE_CALL): x86_64 and aarch64 write them.
-    TLS_TRACE_PIN = const core::mem::offset_of!(crate::thread::Tls, trace_pin),
-    EV_CALL_MARK = const crate::trace::layout::EV_CALL_MARK,
-    EV_CALL_T0_BITS = const crate::trace::layout::EV_CALL_T0_BITS,
-    EV_CALL_DUR_BITS = const crate::trace::layout::EV_CALL_DUR_BITS,
-    EV_CALL_FN_BITS = const crate::trace::layout::EV_CALL_FN_BITS,
+    // (Call words: x86_64, riscv64 and s390x subtract the offset as such.)
     EV_CALL_FN_OFFSET = const crate::trace::layout::EV_CALL_FN_OFFSET,
 );
 
