@@ -280,8 +280,8 @@ instrfn_riscv64_sites:
 #   so it sees this code's stores in program order; the collector sees the chunk only after
 #   its retirement, a release, which the pin keeps from happening before the store). t0 =
 #   &Tls, fn the function, ts the exit's timestamp (both only read); clobbers t1, t2, t3, x,
-#   y (a2, a3 unless given). Branches to `done` with the call word written; else falls through with nothing
-#   written. `label` is a hidden global label at the word's store
+#   y (a2, a3 unless given). Branches to `done` with the call word written; else falls
+#   through with nothing written. `label` is a hidden global label at the word's store
 #   (tests/fixtures/c/exit_window.c stops there).
     .macro MERGE_CALL fn, ts, done, label, x=a2, y=a3
     ld t1, {TLS_TRACE_END}(t0)

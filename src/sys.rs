@@ -129,8 +129,9 @@ pub fn write_all(fd: c_int, mut buf: &[u8]) -> Result<(), c_int> {
 /// thread that made it, whose default action ends the whole program with a core dump (the
 /// program's own threads grow trace files too, with signals blocked only for the moment, and
 /// the signal waits for them to unblock it), so every file instrfn grows inside a program is
-/// checked against it first ([`fits_size_limit`]), and one at the limit counts as full. (Before: `ulimit -f 200` and a trace killed the program, its output unwritten.)
-/// Read at each growth: the program may change it. A raw system call (no errno): the
+/// checked against it first ([`fits_size_limit`]), and one at the limit counts as full.
+/// (Before: `ulimit -f 200` and a trace killed the program, its output unwritten.) Read at
+/// each growth: the program may change it. A raw system call (no errno): the
 /// collector uses it too.
 pub fn file_size_limit() -> u64 {
     let mut lim = [0u64; 2];

@@ -71,10 +71,10 @@ pub struct Tls {
     pub trace_tbase: u64,
     pub trace_cbase: usize,
     /// The end of the chunk an exit trampoline is making a call word in (MERGE_CALL in
-    /// asm/x86_64.s, asm/aarch64.s and asm/riscv64.s, S390_MERGE in asm/s390x.s; 0: none; 1 with INSTRFN_CALL_WORDS=off): while it is
-    /// set, a signal handler that interrupted it and fills chunks does not retire that one
-    /// (src/trace.rs `retire_chunk`), so the word's store can never land in a chunk already
-    /// committed and reused.
+    /// asm/x86_64.s, asm/aarch64.s and asm/riscv64.s, S390_MERGE in asm/s390x.s; 0: none; 1
+    /// with INSTRFN_CALL_WORDS=off): while it is set, a signal handler that interrupted it and
+    /// fills chunks does not retire that one (src/trace.rs `retire_chunk`), so the word's store
+    /// can never land in a chunk already committed and reused.
     pub trace_pin: usize,
 }
 

@@ -76,7 +76,8 @@ pub mod layout {
     /// d the call's length in ticks (12 bits), f the function - code base - EV_CALL_FN_OFFSET
     /// (23 bits: 4 MiB on either side of the code base's middle). Written by every exit
     /// trampoline and `__cyg_profile_func_exit` (MERGE_CALL in asm/x86_64.s, asm/aarch64.s and
-    /// asm/riscv64.s, S390_MERGE in asm/s390x.s) where all three fit. The events a reader gets from it are the entry and exit it replaces, in place.
+    /// asm/riscv64.s, S390_MERGE in asm/s390x.s) where all three fit. The events a reader
+    /// gets from it are the entry and exit it replaces, in place.
     pub use call_words::*;
     mod call_words {
         pub const EV_CALL_MARK: usize = 0x80;
