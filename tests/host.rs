@@ -1846,7 +1846,7 @@ fn trace_golden_call_tree_every_entry() {
         let events = 2 + T * (2 + 10 * K);
         assert!(
             err.contains(&format!(
-                "instrfn: {events} events, {} threads, 1 processes, 0 lost",
+                "instrfn: {events} events, {} threads, 1 process, 0 lost",
                 T + 1
             )),
             "{name}: {err}"
@@ -2132,7 +2132,7 @@ fn a_full_trace_costs_no_more_than_recording() {
     let (full, full_err) = cpu(&[], "all");
     assert!(
         full_err.contains(&format!(
-            "instrfn: {made} events, 3 threads, 1 processes, 0 lost"
+            "instrfn: {made} events, 3 threads, 1 process, 0 lost"
         )),
         "{full_err}"
     );
@@ -2449,7 +2449,7 @@ fn trace_collector_prepares_chunks_and_is_optional() {
         let summary = stderr_of(&out);
         assert!(
             summary.contains(&format!(
-                "instrfn: {expected} events, 3 threads, 1 processes, 0 lost"
+                "instrfn: {expected} events, 3 threads, 1 process, 0 lost"
             )),
             "{context}: {summary}"
         );

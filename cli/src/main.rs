@@ -299,10 +299,12 @@ fn trace_summary(trace: &Trace, dir: &Path) -> (u64, String) {
         .filter_map(|p| p.collector.as_ref())
         .map(|c| c.cpu_ns)
         .sum();
+    let procs = trace.processes.len();
     let line = format!(
-        "instrfn: {events} events, {threads} threads, {} processes, {lost} lost, {:.1} MiB in {} \
-         (collector CPU {:.1} ms)",
-        trace.processes.len(),
+        "instrfn: {events} events, {threads} thread{}, {procs} process{}, {lost} lost, {:.1} MiB \
+         in {} (collector CPU {:.1} ms)",
+        if threads == 1 { "" } else { "s" },
+        if procs == 1 { "" } else { "es" },
         bytes as f64 / (1 << 20) as f64,
         dir.display(),
         collector_ns as f64 / 1e6

@@ -1490,15 +1490,19 @@ fn window_rounds(
         ];
         env.extend_from_slice(extra);
         let context = format!("{} {mode} INSTRFN_COLLECTOR={collector}", arch.name);
-        let windows = exit_window_run(
-            arch,
-            &exe,
-            mode,
-            |i| 30 + i,
-            &env,
-            &dir,
-            &context,
-            min_windows,
+        // A window is missed when the call at it takes too long (the host preempted qemu
+        // there, say: a call word's window under qemu is 1-65 µs): the run is checked whole
+        // all the same, and tried again, up to 4 times, until it reached `min_windows`.
+        let mut windows = 0;
+        for _ in 0..4 {
+            windows = exit_window_run(arch, &exe, mode, |i| 30 + i, &env, &dir, &context, 0);
+            if windows >= min_windows {
+                break;
+            }
+        }
+        assert!(
+            windows >= min_windows,
+            "{context}: {windows} windows reached in the last of 4 runs, {min_windows} asked"
         );
         after(&dir.join("trace"), windows, &context);
     }
