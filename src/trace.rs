@@ -260,11 +260,14 @@ pub fn active() -> bool {
 /// signal-safe: system calls only). Returns false (after saying why) when tracing cannot start;
 /// the program then runs untraced.
 pub fn start(dir: &[u8], chunk_bytes: usize, limit: u64, depth: usize, exits: bool) -> bool {
-    // Under a file size limit (`ulimit -f`) chunks are at most an eighth of it (and at least
-    // a page), so that the events file takes most of what the limit allows, not nothing.
+    // Under a file size limit (`ulimit -f`) chunks are at most a sixteenth of it (and at least
+    // a page), so that the events file takes most of what the limit allows, not nothing, and
+    // the staging file, which holds the chunks in use (with two threads and a starved
+    // collector up to 12 of them; at an eighth it reached the limit first once, and the trace
+    // stopped with the events file half full), stays below it.
     let fsize = sys::file_size_limit();
-    let chunk_bytes = if fsize / 8 < chunk_bytes as u64 {
-        ((fsize / 8) as usize & !4095).max(4096)
+    let chunk_bytes = if fsize / 16 < chunk_bytes as u64 {
+        ((fsize / 16) as usize & !4095).max(4096)
     } else {
         chunk_bytes
     };

@@ -3126,7 +3126,7 @@ fn programs_under_a_file_size_limit_keep_running_and_keep_what_fits() {
     );
 
     // Trace mode under `ulimit -f 256`: about 7 MB of events. Every file stays within the
-    // limit, most of it used (chunks are made at most an eighth of the limit), the loss is
+    // limit, most of it used (chunks are made at most a sixteenth of the limit), the loss is
     // counted and said once, and what was kept reads as a trace.
     let limit = 256 << 10;
     let trace = dir.join("trace");
