@@ -710,18 +710,6 @@ fn riscv64_trace_take_back_survives_a_handler_that_fills_chunks() {
     take_back_rounds(ARCH);
 }
 
-/// The exit trampoline's call word held up at its store (exit_window.c `merge`, an ebreak
-/// written over instrfn_riscv64_exit_merge) while the handler fills many 4 KiB chunks, which
-/// the runtime retires, commits and reuses, the collector off and on: every event in the trace
-/// exactly once, the call words among them (asm/riscv64.s MERGE_CALL's pin; tests/host.rs has
-/// the x86_64 one and the case without the pin). A window is reached only by a call shorter
-/// than a call word's 2^12 ticks, which qemu's rdtime at the host's 2.4 GHz makes 1.7 µs (65 µs
-/// on aarch64): 7 to 15 of the 16 calls were, over 12 runs on a busy machine, so 3 are asked.
-#[test]
-fn riscv64_trace_call_word_survives_a_handler_that_fills_chunks() {
-    merge_window_rounds(ARCH, 3);
-}
-
 /// C++ exceptions through -pg frames of a program linked with -static-libgcc
 /// -static-libstdc++, preloaded (its unwinder walks through the exit trampoline with the return
 /// pad's unwind info, asm/riscv64.s; before, the first throw ended in std::terminate).

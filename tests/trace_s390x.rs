@@ -863,18 +863,6 @@ fn s390x_trace_take_back_survives_a_handler_that_fills_chunks() {
     take_back_rounds(S390X);
 }
 
-/// The exit trampoline's call word held up at its store (exit_window.c `merge`, an invalid
-/// instruction written over instrfn_s390x_exit_merge) while the handler fills many 4 KiB
-/// chunks, which the runtime retires, commits and reuses, the collector off and on: every
-/// event in the trace exactly once, the call words among them (the pin; tests/host.rs has the
-/// x86_64 one and the case without the pin). A window is reached only by a call shorter than
-/// a call word's 2^12 ticks, 1 µs of the TOD clock, under qemu: 6 to 15 of the 16 calls were,
-/// over 4 runs, so 3 are asked.
-#[test]
-fn s390x_trace_call_word_survives_a_handler_that_fills_chunks() {
-    merge_window_rounds(S390X, 3);
-}
-
 /// A traced, stack-walking signal handler at each instruction of the trace fast paths in turn
 /// (bpsweep.c: a breakpoint written over each instruction of _mcount's fast path and the exit
 /// trampoline's, and of -finstrument-functions' hooks, -pg -mfentry's __fentry__ too, one call each, as tests/host.rs's
