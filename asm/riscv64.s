@@ -204,8 +204,8 @@ instrfn_riscv64_sites:
 4:
     .endm
 
-# TRACE_EVENT kind, value, nochunk, ts: the fast paths' event: take the timestamp (rdtime,
-#   into \ts), then reserve this thread's next event and write it, a compact one
+# TRACE_EVENT kind, value, nochunk, ts, read=1: the fast paths' event: take the timestamp
+#   (rdtime, into \ts; with read=0 the caller just did), then reserve this thread's next event and write it, a compact one
 #   (docs/trace-format.md, chunk version 2; asm/x86_64.s TRACE_EVENT is the reference): short
 #   (8 bytes: (value - code base) << 32 | (ts - time base) << 2 | kind) if value - code base
 #   < 2^32 and ts - time base < 2^30, against the Tls copies of the chunk's bases, read after
@@ -222,8 +222,10 @@ instrfn_riscv64_sites:
 #   No chunk, or no room (end = 0 included): jumps to \nochunk with nothing reserved (the
 #   slow path takes a new chunk). \kind: {EV_ENTRY} or {EV_EXIT}. t0 = &Tls; clobbers t1, t2,
 #   t3, \ts.
-    .macro TRACE_EVENT kind, value, nochunk, ts
+    .macro TRACE_EVENT kind, value, nochunk, ts, read=1
+    .if \read
     rdtime \ts                             # the timestamp first: as close to the call as can be
+    .endif
 1:  ld t1, {TLS_TRACE_POS}(t0)             # t1 = our event, if there is room
     ld t2, {TLS_TRACE_CBASE}(t0)
     sub t2, \value, t2                     # function - code base
@@ -788,7 +790,11 @@ instrfn_riscv64_cyg_\name:
     ld t6, 56(sp)
     .cfi_restore t6
     .endif
+    .ifc \name,exit
+    TRACE_EVENT \kind, a0, .Lcyg_\name\()_tslow, t4, 0 # (the timestamp read above)
+    .else
     TRACE_EVENT \kind, a0, .Lcyg_\name\()_tslow, t4
+    .endif
     j .Lcyg_\name\()_out
     .ifc \name,exit
 .Lcyg_exit_merged:
@@ -1009,7 +1015,7 @@ instrfn_riscv64_exit_ours:
     bnez t1, .Lexit_short                  # INSTRFN_MIN_DURATION: maybe no events at all
     rdtime t6                              # a call that recorded nothing inside it: a call
     MERGE_CALL t5, t6, .Lexit_pop, instrfn_riscv64_exit_merge # word (a2, a3 are dead here)
-    TRACE_EVENT {EV_EXIT}, t5, .Lexit_slow, t6 # (no room: nothing popped yet, the slow path
+    TRACE_EVENT {EV_EXIT}, t5, .Lexit_slow, t6, 0 # (no room: nothing popped yet, the slow path
                                            # does all)
 .Lexit_pop:
     # Popped after the event: until here a handler that interrupts us finds the entry intact

@@ -733,12 +733,11 @@ impl MetaLine {
         if fd >= 0 {
             // A line that would take the file past the file size limit is left out (the meta
             // file's own end says so to readers: no end line).
-            let end = META_BYTES.fetch_add(len, Ordering::Relaxed);
-            if !sys::fits_size_limit(end + len) {
-                META_BYTES.fetch_sub(len, Ordering::Relaxed);
+            if !sys::fits_size_limit(META_BYTES.load(Ordering::Relaxed) + len) {
                 return;
             }
             let _ = sys::write_all(fd, self.buf.as_bytes());
+            let end = META_BYTES.fetch_add(len, Ordering::Relaxed);
             if end + META_SLACK > META_RESERVED.load(Ordering::Relaxed) {
                 reserve_meta(fd);
             }
