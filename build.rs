@@ -3,7 +3,7 @@
 //! builds, but records nothing.
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=asm");
+    println!("cargo:rerun-if-changed=src/arch");
     println!("cargo:rerun-if-changed=src/interpose.c");
     println!("cargo::rustc-check-cfg=cfg(instrfn_wrapped)");
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();

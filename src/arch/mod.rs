@@ -161,7 +161,7 @@ mod shared {
     use core::sync::atomic::{AtomicU8, Ordering};
 
     core::arch::global_asm!(
-        include_str!("../../asm/data.s"),
+        include_str!("data.s"),
         HASH_MUL = const crate::arcs::HASH_MUL,
         TLS_BYTES = const crate::thread::TLS_BYTES,
     );

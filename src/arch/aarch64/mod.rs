@@ -30,7 +30,7 @@ const SITE_ENTRY_ONLY: usize = 2;
 // The trampolines, then the XRay trampolines (src/xray.rs patches sleds to reach them), as one
 // block: asm/aarch64-xray.s uses asm/aarch64.s's macros (TLS_ADDR, TRACE_EVENT, SHADOW_RESERVE,
 // SHADOW_RELEASE) and this one operand list.
-trampoline_asm!("../../asm/aarch64.s" + "../../asm/aarch64-xray.s";
+trampoline_asm!("base.s" + "events.s" + "counting.s" + "exit.s" + "guarded.s" + "xray.s";
     TLS_ENTRY_ONLY = const core::mem::offset_of!(crate::thread::Tls, entry_only),
     SH_FP = const SH_FP,
     EV_NOEXIT = const crate::trace::layout::EV_NOEXIT,

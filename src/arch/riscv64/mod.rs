@@ -40,7 +40,7 @@ pub struct StackBounds {
 }
 
 trampoline_asm!(
-    "../../asm/riscv64.s";
+    "base.s" + "events.s" + "counting.s" + "exit.s" + "guarded.s";
     MARK_FRAME = const MARK_FRAME,
     MARK_A0 = const MARK_A0,
     STK_LO = const offset_of!(StackBounds, lo),

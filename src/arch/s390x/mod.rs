@@ -5,7 +5,7 @@
 //! `asm/s390x.s`, which also says how trace mode finds a frame's return address (its slot,
 //! entry `%r15 + 112`, for both kinds).
 
-trampoline_asm!("../../asm/s390x.s";
+trampoline_asm!("base.s" + "events.s" + "counting.s" + "exit.s" + "guarded.s";
     SH_SPARE = const crate::trace::layout::SH_SPARE,
     EV_NOEXIT = const crate::trace::layout::EV_NOEXIT,
     // (Call words: S390_MERGE subtracts the offset as such.)

@@ -6,7 +6,7 @@
 // block: asm/x86_64-xray.s uses asm/x86_64.s's trace macros (SCRATCH_SAVE, SCRATCH_RESTORE,
 // TIMESTAMP, TRACE_EVENT, SHADOW_RESERVE, SHADOW_RELEASE, SHADOW_POP) and this one
 // operand list.
-trampoline_asm!("../../asm/x86_64.s" + "../../asm/x86_64-xray.s", att_syntax;
+trampoline_asm!("base.s" + "events.s" + "counting.s" + "exit.s" + "guarded.s" + "xray.s", att_syntax;
     EV_NOEXIT = const crate::trace::layout::EV_NOEXIT,
     // (Call words: x86_64, riscv64 and s390x subtract the offset as such.)
     EV_CALL_FN_OFFSET = const crate::trace::layout::EV_CALL_FN_OFFSET,
