@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Prints the `.cfi_escape` lines of the return pad of asm/ARCH.s (x86_64, the default, or
-aarch64: instrfn_ARCH_return_pad): DW_CFA_expression for the return address column, the DWARF
-expression that finds a replaced return address's original in the shadow stacks
-(asm/x86_64.s describes the search). Operands in braces are filled by trampoline_asm!
-(src/arch/ARCH.rs) and must encode in one byte (< 128: asserted there), which the branch
-offsets computed here assume. tests/host.rs checks that each asm file holds exactly these
+"""Prints the `.cfi_escape` lines of the return pad in src/arch/ARCH/exit.s (x86_64, the
+default, aarch64, riscv64 or s390x: instrfn_ARCH_return_pad): DW_CFA_expression for the return
+address column, the DWARF expression that finds a replaced return address's original in the
+shadow stacks (src/arch/x86_64/exit.s describes the search). Operands in braces are filled by
+trampoline_asm! (src/arch/mod.rs) and must encode in one byte (< 128: asserted there), which
+the branch offsets computed here assume. A test checks that each exit.s holds exactly these
 lines: edit the expression here, then paste the output over them.
 
     scripts/return-pad-cfi.py [x86_64|aarch64|riscv64|s390x]

@@ -6,7 +6,8 @@
 
 use core::ffi::{CStr, c_int};
 
-use crate::sys::{self, Bytes};
+use crate::base::Bytes;
+use crate::sys;
 
 /// Longest accepted GMON_OUT_PREFIX, in bytes.
 pub const MAX_PREFIX: usize = 1024;

@@ -14,8 +14,8 @@
 //! - `LD_PRELOAD=libinstrfn.so ./app` under a `-pg` binary;
 //! - `libinstrfn.a` linked into a C program compiled with `-pg`.
 //!
-//! Configuration comes from `INSTRFN_*` environment variables (see the README); this module
-//! adds a small API for programs that link the crate.
+//! Configuration comes from `INSTRFN_*` environment variables (docs/configuration.md); this
+//! module adds a small API for programs that link the crate.
 //!
 //! The crate is `no_std`: nothing in it allocates, and the preload artifacts carry no Rust std.
 
@@ -23,29 +23,25 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+// The layers, bottom up: each module uses only the ones above it in this list (the test
+// command checks it: tests/layers.rs). docs/architecture.md has the map.
+mod base;
 #[macro_use]
 mod sys;
+mod abi;
+mod config;
+mod process;
+mod tables;
+mod thread;
 #[macro_use]
 mod arch;
-mod arcs;
-mod collector;
-mod config;
-mod crash;
-mod glob;
 mod gmon;
-#[cfg(instrfn_wrapped)]
-mod interpose;
-mod modules;
-mod process;
-mod retired;
+mod output;
 mod runtime;
-mod sampler;
-mod thread;
 mod trace;
-mod tracefile;
 mod xray;
 
-pub use runtime::{
+pub use runtime::api::{
     __monstartup, _mcleanup, instrfn_calls_recorded, instrfn_debug_call_guarded,
     instrfn_debug_clear_thread, instrfn_flush, instrfn_start, instrfn_stop, instrfn_write_gmon,
     moncontrol, monstartup,
@@ -56,19 +52,19 @@ pub const SUPPORTED: bool = arch::SUPPORTED;
 
 /// Starts (or resumes) recording call arcs and pc samples.
 pub fn start() {
-    runtime::instrfn_start()
+    runtime::api::instrfn_start()
 }
 
 /// Stops recording. What was recorded is kept and written at exit (or by [`write_gmon`]).
 pub fn stop() {
-    runtime::instrfn_stop()
+    runtime::api::instrfn_stop()
 }
 
 /// Writes `gmon.out` (or `$GMON_OUT_PREFIX.<pid>`) now, with everything recorded so far.
 /// Recording goes on; the file is replaced atomically by later writes and at exit.
 /// The reason for a failure has also been printed on stderr.
 pub fn write_gmon() -> Result<(), Errno> {
-    match runtime::instrfn_write_gmon() {
+    match runtime::api::instrfn_write_gmon() {
         0 => Ok(()),
         e => Err(Errno(e)),
     }
@@ -79,7 +75,7 @@ pub fn write_gmon() -> Result<(), Errno> {
 /// count and the libraries loaded since to the trace, and syncs its files. Events themselves
 /// need no flush: they are in the trace files the moment they are recorded.
 pub fn flush() -> Result<(), Errno> {
-    match runtime::instrfn_flush() {
+    match runtime::api::instrfn_flush() {
         0 => Ok(()),
         e => Err(Errno(e)),
     }
@@ -87,7 +83,7 @@ pub fn flush() -> Result<(), Errno> {
 
 /// Calls recorded so far, all threads and arcs together.
 pub fn calls_recorded() -> u64 {
-    runtime::instrfn_calls_recorded()
+    runtime::api::instrfn_calls_recorded()
 }
 
 /// An OS error number (`std::io::Error::from_raw_os_error(e.0)` makes an `io::Error` of it).

@@ -21,7 +21,8 @@ use core::ffi::c_char;
 use core::fmt::Write as _;
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 
-use crate::sys::{self, StackBuf};
+use crate::base::StackBuf;
+use crate::sys;
 
 /// The name of the environment variable, with its `=`.
 pub const TREE_VAR: &[u8] = b"INSTRFN_TREE=";

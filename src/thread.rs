@@ -1,5 +1,7 @@
-//! Per-thread state: the TLS block the trampolines read, and the registry of thread blocks
-//! (each owning an arc-table chain) that the writer walks.
+//! Per-thread state: the registry of thread blocks that every output walks. A block holds
+//! what one thread records: its arc-table chain, its pc samples, its sampling timer, its
+//! alternate signal stack, and trace mode's chunks and shadow stack. Uses `sys`, `tables`
+//! and `abi`.
 //!
 //! A thread gets a block on its first counting call (slow path) and gives it back when it exits
 //! (a pthread key destructor). A block given back keeps its counts; the next new thread claims
@@ -13,100 +15,14 @@
 //! block of a thread that no longer exists (`tgkill(pid, tid, 0)` fails with ESRCH).
 
 use core::ptr;
-use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use core::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 
-use crate::arcs::{self, ArcTable};
-use crate::sampler::{self, PcTable};
+use crate::abi::Tls;
 use crate::sys;
-
-/// This thread's state as the trampolines see it (`instrfn_tls` in `asm/data.s`, 160 bytes of
-/// initial-exec TLS). The assembly addresses the fields through the `TLS_*` operands of
-/// `trampoline_asm!` (src/arch/mod.rs).
-#[repr(C)]
-pub struct Tls {
-    /// The current table of `block`, or null before this thread's first slow path.
-    pub table: *mut ArcTable,
-    /// Nonzero while runtime code runs on this thread (set by the assembly only).
-    pub guard: usize,
-    /// The block this thread has claimed, or null.
-    pub block: *mut ThreadBlock,
-    /// Trace mode (src/trace.rs): where this thread's next event goes, in its current chunk;
-    /// the trampolines reserve 16 bytes with one read-modify-write instruction.
-    pub trace_pos: usize,
-    /// The end of the current chunk (0: none yet).
-    pub trace_end: usize,
-    /// The shadow stack of replaced return addresses: the next free entry, and its end.
-    pub shadow_top: usize,
-    pub shadow_end: usize,
-    /// Its base.
-    pub shadow_base: usize,
-    /// Events this thread could not write (no chunk), not yet reported in the trace.
-    pub trace_lost: usize,
-    /// Entries whose exit is not traced: the shadow stack was full, or replacing return
-    /// addresses is off (hardware shadow stacks).
-    pub entry_only: usize,
-    /// Nonzero after an unwinder walked this thread's stack with the original return addresses
-    /// put back (src/trace.rs): 1, the next event puts the exit trampoline back into the frames
-    /// that are still alive; 2, a backtrace is walking right now.
-    pub unwound: usize,
-    /// This thread's alternate signal stack, [lo, hi) (0, 0 if none known): frames there are
-    /// not compared with frames on the thread's own stack.
-    pub alt_lo: usize,
-    pub alt_hi: usize,
-    /// While a backtrace walks (`unwound` 2): the shadow stack top when it began; the entries
-    /// below are the walked frames, left alone until it is done.
-    pub walk_base: usize,
-    /// This thread's own stack, [lo, hi) (src/trace.rs `own_stack`; 0, 0 until needed):
-    /// frames elsewhere (coroutine stacks of swapcontext and the like) are never compared
-    /// with frames on it.
-    pub stack_lo: usize,
-    pub stack_hi: usize,
-    /// Calls trace mode left out at record time (INSTRFN_MIN_DURATION), not yet reported.
-    pub dropped: usize,
-    /// Compact events (src/trace.rs `layout`): the current chunk's time base and code base,
-    /// copies of its header's (docs/trace-format.md). A short event stores its time and its
-    /// function relative to them; the trampolines read them before they reserve the event
-    /// (a handler that gives the thread a new chunk meanwhile moves `trace_pos`, and the
-    /// reservation is tried again).
-    pub trace_tbase: u64,
-    pub trace_cbase: usize,
-    /// The end of the chunk an exit trampoline is making a call word in (MERGE_CALL in
-    /// asm/x86_64.s, asm/aarch64.s and asm/riscv64.s, S390_MERGE in asm/s390x.s; 0: none; 1
-    /// with INSTRFN_CALL_WORDS=off): while it is set, a signal handler that interrupted it and
-    /// fills chunks does not retire that one (src/trace.rs `retire_chunk`), so the word's store
-    /// can never land in a chunk already committed and reused.
-    pub trace_pin: usize,
-}
-
-impl Tls {
-    #[allow(dead_code)] // used by architectures without trampolines
-    pub const EMPTY: Tls = Tls {
-        table: ptr::null_mut(),
-        guard: 0,
-        block: ptr::null_mut(),
-        trace_pos: 0,
-        trace_end: 0,
-        shadow_top: 0,
-        shadow_end: 0,
-        shadow_base: 0,
-        trace_lost: 0,
-        entry_only: 0,
-        unwound: 0,
-        alt_lo: 0,
-        alt_hi: 0,
-        walk_base: 0,
-        stack_lo: 0,
-        stack_hi: 0,
-        dropped: 0,
-        trace_tbase: 0,
-        trace_cbase: 0,
-        trace_pin: 0,
-    };
-}
-
-/// Bytes of the Tls block (asm/data.s reserves as many).
-pub const TLS_BYTES: usize = 160;
-const _: () = assert!(core::mem::size_of::<Tls>() == TLS_BYTES);
+use crate::tables::arcs::{self, ArcTable};
+use crate::tables::pcs::PcTable;
 
 const FREE: u32 = 0;
 const LIVE: u32 = 1;
@@ -119,19 +35,19 @@ pub struct ThreadBlock {
     /// Its number, 0, 1, 2, … in the order blocks were made (trace mode's event slot).
     /// Immutable.
     pub index: u32,
-    /// Trace mode's state of the owner (src/trace.rs).
-    pub trace: crate::trace::BlockTrace,
+    /// Trace mode's state of the owner (crate::trace).
+    pub trace: BlockTrace,
     /// FREE or LIVE.
     state: AtomicU32,
     /// Kernel thread id of the owner while LIVE.
     tid: AtomicU32,
     /// The owner's sampling timer (kernel timer id), or -1.
     pub timer: AtomicI32,
-    /// The owner's pc samples (src/sampler.rs).
+    /// The owner's pc samples (crate::gmon::sampler).
     pub samples: AtomicPtr<PcTable>,
-    /// An alternate signal stack for the crash handler (src/crash.rs), mapped when first
-    /// needed and handed on with the block.
-    altstack: AtomicPtr<u8>,
+    /// An alternate signal stack for the crash handler (crate::runtime::crash), mapped when
+    /// first needed and handed on with the block.
+    pub altstack: AtomicPtr<u8>,
     /// Current table of the chain (the owner replaces it when it grows; readers Acquire it).
     /// The tables count the calls they could not take themselves.
     pub table: AtomicPtr<ArcTable>,
@@ -141,10 +57,9 @@ pub struct ThreadBlock {
 static BLOCKS: AtomicPtr<ThreadBlock> = AtomicPtr::new(ptr::null_mut());
 
 /// Where a block's shadow stack mapping is, for code that walks the registry without Rust
-/// (the return pads' unwind info, asm/<arch>.s). A block's `next`
-/// is its first word.
+/// (the return pads' unwind info, src/arch/<arch>/exit.s). A block's `next` is its first word.
 pub const BLOCK_SHADOW: usize =
-    core::mem::offset_of!(ThreadBlock, trace) + crate::trace::BlockTrace::SHADOW_OFFSET;
+    core::mem::offset_of!(ThreadBlock, trace) + core::mem::offset_of!(BlockTrace, shadow);
 const _: () = assert!(core::mem::offset_of!(ThreadBlock, next) == 0);
 
 /// The registry's layout, for code that walks it without Rust: the address of its head, and
@@ -175,28 +90,7 @@ pub fn claim_block(max_arcs: usize) -> *mut ThreadBlock {
             .flatten()
     });
     let block = claimed.or_else(|| new_block(me, max_arcs));
-    if let Some(block) = block {
-        thread_started(block);
-    }
     block.map_or(ptr::null_mut(), |b| ptr::from_ref(b).cast_mut())
-}
-
-/// What a thread needs once it owns `block`: its sampling timer, and an alternate signal stack
-/// for the crash handler.
-fn thread_started(block: &ThreadBlock) {
-    sampler::thread_started(&block.timer);
-    if crate::crash::wants_alt_stack() {
-        let mut stack = block.altstack.load(Ordering::Relaxed);
-        if stack.is_null()
-            && let Some(mem) = sys::map_zeroed(crate::crash::ALT_STACK_BYTES)
-        {
-            stack = mem.as_ptr();
-            block.altstack.store(stack, Ordering::Relaxed);
-        }
-        if !stack.is_null() {
-            crate::crash::use_alt_stack(stack);
-        }
-    }
 }
 
 fn claim_free(me: u32) -> Option<&'static ThreadBlock> {
@@ -227,7 +121,7 @@ fn claim_orphan(me: u32) -> Option<&'static ThreadBlock> {
                 .compare_exchange(tid, me, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
             && {
-                sampler::thread_ended(&block.timer);
+                stop_timer(block);
                 true
             }
     })
@@ -245,7 +139,7 @@ fn new_block(me: u32, max_arcs: usize) -> Option<&'static ThreadBlock> {
             new.write(ThreadBlock {
                 next: head,
                 index,
-                trace: crate::trace::BlockTrace::new(),
+                trace: BlockTrace::new(),
                 state: AtomicU32::new(LIVE),
                 tid: AtomicU32::new(me),
                 timer: AtomicI32::new(-1),
@@ -273,9 +167,23 @@ pub fn exit_unreported() {
 pub fn release_block(block: *mut ThreadBlock) {
     // SAFETY: the caller owns this live block.
     let block = unsafe { &*block };
-    sampler::thread_ended(&block.timer);
+    stop_timer(block);
     block.tid.store(0, Ordering::Relaxed);
     block.state.store(FREE, Ordering::Release);
+}
+
+/// Deletes the sampling timer of a block's owner (it exited, or is gone).
+fn stop_timer(block: &ThreadBlock) {
+    let id = block.timer.swap(-1, Ordering::Relaxed);
+    if id >= 0 {
+        sys::signal::delete_timer(id);
+    }
+}
+
+/// The block the thread of `tls` has claimed, if any.
+pub fn block_of(tls: &Tls) -> Option<&'static ThreadBlock> {
+    // SAFETY: `block` is null or a registry block, never freed.
+    unsafe { tls.block.cast::<ThreadBlock>().as_ref() }
 }
 
 /// Every block in the registry, live or free.
@@ -290,6 +198,19 @@ pub fn blocks() -> impl Iterator<Item = &'static ThreadBlock> {
         b = block.next;
         Some(block)
     })
+}
+
+/// Calls lost because a new thread could not get a block (no memory).
+static LOST_WITHOUT_BLOCK: AtomicU64 = AtomicU64::new(0);
+
+/// Counts a call lost for want of a block.
+pub fn count_lost_without_block() {
+    LOST_WITHOUT_BLOCK.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Calls lost because a new thread could not get a block.
+pub fn lost_without_block() -> u64 {
+    LOST_WITHOUT_BLOCK.load(Ordering::Relaxed)
 }
 
 /// (blocks made, claims).
@@ -314,4 +235,53 @@ pub fn reset_after_fork(current: *mut ThreadBlock) {
         arcs::zero_counts(block.table.load(Ordering::Relaxed));
     }
     CLAIMS.store(if current.is_null() { 0 } else { 1 }, Ordering::Relaxed);
+    LOST_WITHOUT_BLOCK.store(0, Ordering::Relaxed);
+}
+
+/// What one thread's block holds for trace mode (crate::trace). Written by the owner (its slow
+/// path), read by the exit writer.
+#[repr(C)]
+pub struct BlockTrace {
+    /// The chunk being filled (mapped).
+    pub chunk: AtomicUsize,
+    /// The chunk filled before it, still mapped: a fast path that a signal handler
+    /// interrupted between reserving its event and writing it may still write there (the
+    /// handler's events then took the next chunk). At the next switch it goes to the collector,
+    /// which unmaps it once all its events are written; `prev_end` is where they end.
+    pub prev: AtomicUsize,
+    pub prev_end: AtomicUsize,
+    /// A chunk due to go to the collector while the owner's `trace_pin` held it, and where
+    /// its events end.
+    pub pinned: AtomicUsize,
+    pub pinned_end: AtomicUsize,
+    /// The next sequence number of this slot's chunks.
+    pub seq: AtomicU64,
+    /// Events lost on this slot in total (for the meta file).
+    pub lost: AtomicU64,
+    /// The shadow stack mapping (reused by the next owner).
+    pub shadow: AtomicUsize,
+    /// Where the previous owner stopped writing in `chunk`, and its end (0: start afresh).
+    pub pos: AtomicUsize,
+    pub end: AtomicUsize,
+    /// The owner's sink once the trace is full (mapped when first needed and kept with the
+    /// block).
+    pub sink: AtomicUsize,
+}
+
+impl BlockTrace {
+    pub const fn new() -> BlockTrace {
+        BlockTrace {
+            chunk: AtomicUsize::new(0),
+            prev: AtomicUsize::new(0),
+            prev_end: AtomicUsize::new(0),
+            pinned: AtomicUsize::new(0),
+            pinned_end: AtomicUsize::new(0),
+            seq: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+            shadow: AtomicUsize::new(0),
+            pos: AtomicUsize::new(0),
+            end: AtomicUsize::new(0),
+            sink: AtomicUsize::new(0),
+        }
+    }
 }

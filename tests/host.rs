@@ -3030,18 +3030,18 @@ fn trace_survives_swapcontext_coroutines() {
 
 #[test]
 fn return_pad_unwind_expression_is_its_generators() {
-    // asm/{x86_64,aarch64,riscv64,s390x}.s's return pad FDEs hold scripts/return-pad-cfi.py's
-    // output (its branch offsets are computed there): they must not drift apart.
+    // src/arch/<arch>/exit.s's return pad FDEs hold scripts/return-pad-cfi.py's output (its
+    // branch offsets are computed there): they must not drift apart.
     require_tool("python3");
     for arch in ["x86_64", "aarch64", "riscv64", "s390x"] {
         let script = root().join("scripts/return-pad-cfi.py");
         let out = run_ok(Command::new("python3").arg(script).arg(arch));
         let generated = String::from_utf8(out.stdout).unwrap();
-        let asm = std::fs::read_to_string(root().join(format!("asm/{arch}.s"))).unwrap();
+        let asm = std::fs::read_to_string(root().join(format!("src/arch/{arch}/exit.s"))).unwrap();
         assert!(generated.lines().count() > 2, "{generated}");
         assert!(
             asm.contains(&generated),
-            "asm/{arch}.s does not hold scripts/return-pad-cfi.py {arch}'s output:\n{generated}"
+            "src/arch/{arch}/exit.s does not hold scripts/return-pad-cfi.py {arch}'s output:\n{generated}"
         );
     }
 }

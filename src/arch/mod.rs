@@ -1,29 +1,29 @@
-//! Per-architecture trampolines, one module per architecture behind this dispatcher.
+//! Per-architecture code, one folder per architecture behind this dispatcher: the trampolines
+//! (assembly split by concern: base, trace events, counting, the exit trampoline, guarded
+//! entries, XRay), the naked entry points the compilers call, the clock, the decoders of
+//! prologues and call sites, and the XRay sled encodings. Uses `sys`, `tables`, `abi` and
+//! `thread` (layouts the assembly shares); the assembly reaches the Rust slow paths
+//! (crate::runtime::slow) by symbol.
 //!
 //! Each architecture module provides, with the same names and meanings:
-//! - the exported counting entry points its compilers call (`mcount`, `_mcount`, `__fentry__`),
-//!   as `entry_point!`s: naked functions that jump into the assembly in `asm/<arch>.s`;
+//! - the exported counting entry points its compilers call (`mcount`, `_mcount`, `__fentry__`,
+//!   `__cyg_profile_func_enter/exit`), as `entry_point!`s: naked functions that jump into the
+//!   assembly;
 //! - `naked!`, `naked_asm!` with the architecture's assembler options;
 //! - `guarded_jump!`, the body of a `guarded_entry!`: load the Rust function, jump to the
 //!   architecture's guarded routine;
-//! - `UC_PC_OFFSET`, where a signal handler's ucontext holds the interrupted pc.
+//! - `UC_PC_OFFSET`, where a signal handler's ucontext holds the interrupted pc;
+//! - `counter()` and `CLOCK_NAME`, the trace clock;
+//! - `exit_trampoline()`, `replaceable()`, `second_slot()`, `forget_sites()` for trace mode;
+//! - `sled`, the XRay sled encodings (where the architecture has native XRay patching).
 //!
 //! `guarded_entry!` defines a naked function that runs a Rust function with this thread's
 //! re-entry guard held and all signals blocked, so a runtime that is itself compiled with
 //! `-Zinstrument-mcount` never counts or recurses into itself.
 //!
-//! The assembly of every architecture defines the same data symbols, so `tls()` (this
-//! thread's [`Tls`](crate::thread::Tls) block), `enabled()` (the recording switch the fast
-//! paths test) and `interrupted_pc()` are shared below.
-//!
 //! `x86_64` is the fully annotated reference; the others document only how they differ.
 
-#[cfg(any(
-    target_arch = "x86_64",
-    target_arch = "aarch64",
-    target_arch = "riscv64",
-    target_arch = "s390x"
-))]
+#[cfg(instrfn_arch)]
 /// An exported naked entry point: `.cfi` bracket around `$asm` (a jump into the assembly).
 macro_rules! entry_point {
     ($(#[$m:meta])* $name:ident => $($asm:literal),+) => {
@@ -36,12 +36,7 @@ macro_rules! entry_point {
     };
 }
 
-#[cfg(any(
-    target_arch = "x86_64",
-    target_arch = "aarch64",
-    target_arch = "riscv64",
-    target_arch = "s390x"
-))]
+#[cfg(instrfn_arch)]
 /// A naked `extern "C"` function that calls `$inner` (an `extern "C"` Rust function taking at
 /// most three register arguments) through the architecture's guarded routine: guard held,
 /// errno preserved, all signals blocked.
@@ -56,69 +51,65 @@ macro_rules! guarded_entry {
     };
 }
 
-#[cfg(any(
-    target_arch = "x86_64",
-    target_arch = "aarch64",
-    target_arch = "riscv64",
-    target_arch = "s390x"
-))]
-/// Assembles an `asm/<arch>.s` with the layouts it shares with Rust passed as named `const`
-/// operands (`{TLS_GUARD}`, `{TBL_LEN}`, `{SLOT_COUNT}`, `{HASH_MUL}`, trace mode's `{TLS_TRACE_POS}`,
-/// `{SH_SLOT}`, `{EV_SHORT_BYTES}`, ...): every offset and constant is defined once, in
-/// `src/thread.rs`, `src/arcs.rs` and `src/trace.rs`. (rustc requires every operand
-/// to be used, so each block names all of them at least in a header comment; braces in the
-/// files are placeholders, so they appear nowhere else.) An architecture may add operands of
-/// its own after a `;` (`NAME = const value, ...`). `"a.s" + "b.s"` assembles the files as one
-/// block, in that order (b.s may use a.s's macros).
+#[cfg(instrfn_arch)]
+/// Assembles an architecture's `.s` files with the layouts they share with Rust passed as
+/// named `const` operands (`{TLS_GUARD}`, `{TBL_LEN}`, `{SLOT_COUNT}`, `{HASH_MUL}`, trace
+/// mode's `{TLS_TRACE_POS}`, `{SH_SLOT}`, `{EV_SHORT_BYTES}`, ...): every offset and constant
+/// is defined once, in `abi`, `tables::arcs`, `thread` and the `instrfn-format` crate. (rustc
+/// requires every operand to be used, so each block names all of them at least in a header
+/// comment; braces in the files are placeholders, so they appear nowhere else.) An
+/// architecture may add operands of its own after a `;` (`NAME = const value, ...`).
+/// `"a.s" + "b.s"` assembles the files as one block, in that order (b.s may use a.s's
+/// macros).
 macro_rules! trampoline_asm {
     ($file:literal $(+ $more:literal)* $(, $opt:ident)? $(; $($name:ident = const $value:expr),+ $(,)?)?) => {
         core::arch::global_asm!(
             include_str!($file),
             $(include_str!($more),)*
-            TLS_TABLE = const core::mem::offset_of!(crate::thread::Tls, table),
-            TLS_GUARD = const core::mem::offset_of!(crate::thread::Tls, guard),
-            TBL_MASK = const crate::arcs::layout::MASK,
-            TBL_LEN = const crate::arcs::layout::LEN,
-            TBL_LIMIT = const crate::arcs::layout::LIMIT,
-            TBL_SHIFT = const crate::arcs::layout::SHIFT,
-            TBL_LAST = const crate::arcs::layout::LAST,
-            TBL_LOST = const crate::arcs::layout::LOST,
-            SLOT_SELF = const crate::arcs::SLOTS_OFFSET + crate::arcs::layout::SELF_PC,
-            SLOT_FROM = const crate::arcs::SLOTS_OFFSET + crate::arcs::layout::FROM_PC,
-            SLOT_COUNT = const crate::arcs::SLOTS_OFFSET + crate::arcs::layout::COUNT,
-            SLOT_SIZE = const crate::arcs::SLOT_BYTES,
-            SLOT_SHIFT = const crate::arcs::SLOT_BYTES.trailing_zeros(),
-            HASH_MUL = const crate::arcs::HASH_MUL,
-            TLS_TRACE_POS = const core::mem::offset_of!(crate::thread::Tls, trace_pos),
-            TLS_TRACE_END = const core::mem::offset_of!(crate::thread::Tls, trace_end),
-            TLS_SHADOW_TOP = const core::mem::offset_of!(crate::thread::Tls, shadow_top),
-            TLS_SHADOW_END = const core::mem::offset_of!(crate::thread::Tls, shadow_end),
-            TLS_SHADOW_BASE = const core::mem::offset_of!(crate::thread::Tls, shadow_base),
-            TLS_UNWOUND = const core::mem::offset_of!(crate::thread::Tls, unwound),
-            TLS_DROPPED = const core::mem::offset_of!(crate::thread::Tls, dropped),
-            TLS_TRACE_TBASE = const core::mem::offset_of!(crate::thread::Tls, trace_tbase),
-            TLS_TRACE_CBASE = const core::mem::offset_of!(crate::thread::Tls, trace_cbase),
-            SH_RET = const crate::trace::layout::SH_RET,
-            SH_SLOT = const crate::trace::layout::SH_SLOT,
-            SH_FN = const crate::trace::layout::SH_FN,
-            SH_BYTES = const crate::trace::layout::SH_BYTES,
+            TLS_TABLE = const core::mem::offset_of!(crate::abi::Tls, table),
+            TLS_GUARD = const core::mem::offset_of!(crate::abi::Tls, guard),
+            TBL_MASK = const crate::tables::arcs::layout::MASK,
+            TBL_LEN = const crate::tables::arcs::layout::LEN,
+            TBL_LIMIT = const crate::tables::arcs::layout::LIMIT,
+            TBL_SHIFT = const crate::tables::arcs::layout::SHIFT,
+            TBL_LAST = const crate::tables::arcs::layout::LAST,
+            TBL_LOST = const crate::tables::arcs::layout::LOST,
+            SLOT_SELF = const crate::tables::arcs::SLOTS_OFFSET + crate::tables::arcs::layout::SELF_PC,
+            SLOT_FROM = const crate::tables::arcs::SLOTS_OFFSET + crate::tables::arcs::layout::FROM_PC,
+            SLOT_COUNT = const crate::tables::arcs::SLOTS_OFFSET + crate::tables::arcs::layout::COUNT,
+            SLOT_SIZE = const crate::tables::arcs::SLOT_BYTES,
+            SLOT_SHIFT = const crate::tables::arcs::SLOT_BYTES.trailing_zeros(),
+            HASH_MUL = const crate::tables::arcs::HASH_MUL,
+            TLS_TRACE_POS = const core::mem::offset_of!(crate::abi::Tls, trace_pos),
+            TLS_TRACE_END = const core::mem::offset_of!(crate::abi::Tls, trace_end),
+            TLS_SHADOW_TOP = const core::mem::offset_of!(crate::abi::Tls, shadow_top),
+            TLS_SHADOW_END = const core::mem::offset_of!(crate::abi::Tls, shadow_end),
+            TLS_SHADOW_BASE = const core::mem::offset_of!(crate::abi::Tls, shadow_base),
+            TLS_UNWOUND = const core::mem::offset_of!(crate::abi::Tls, unwound),
+            TLS_DROPPED = const core::mem::offset_of!(crate::abi::Tls, dropped),
+            TLS_TRACE_TBASE = const core::mem::offset_of!(crate::abi::Tls, trace_tbase),
+            TLS_TRACE_CBASE = const core::mem::offset_of!(crate::abi::Tls, trace_cbase),
+            SH_RET = const crate::abi::shadow::SH_RET,
+            SH_SLOT = const crate::abi::shadow::SH_SLOT,
+            SH_FN = const crate::abi::shadow::SH_FN,
+            SH_BYTES = const crate::abi::shadow::SH_BYTES,
             BLK_SHADOW = const crate::thread::BLOCK_SHADOW,
-            EV_BYTES = const crate::trace::layout::EV_BYTES,
-            EV_SHORT_BYTES = const crate::trace::layout::EV_SHORT_BYTES,
-            EV_TAG_ENTRY = const crate::trace::layout::EV_TAG_ENTRY,
-            EV_TAG_EXIT = const crate::trace::layout::EV_TAG_EXIT,
-            EV_TAG_LONG = const crate::trace::layout::EV_TAG_LONG,
-            EV_LONG_SHIFT = const crate::trace::layout::EV_LONG_SHIFT,
-            EV_TS_SHIFT = const crate::trace::layout::EV_TS_SHIFT,
-            EV_TIME_BITS = const crate::trace::layout::EV_TIME_BITS,
-            EV_ENTRY = const crate::trace::layout::EV_ENTRY,
-            EV_EXIT = const crate::trace::layout::EV_EXIT,
+            EV_BYTES = const crate::abi::format::EV_BYTES,
+            EV_SHORT_BYTES = const crate::abi::format::EV_SHORT_BYTES,
+            EV_TAG_ENTRY = const crate::abi::format::EV_TAG_ENTRY,
+            EV_TAG_EXIT = const crate::abi::format::EV_TAG_EXIT,
+            EV_TAG_LONG = const crate::abi::format::EV_TAG_LONG,
+            EV_LONG_SHIFT = const crate::abi::format::EV_LONG_SHIFT,
+            EV_TS_SHIFT = const crate::abi::format::EV_TS_SHIFT,
+            EV_TIME_BITS = const crate::abi::format::EV_TIME_BITS,
+            EV_ENTRY = const crate::abi::format::EV_ENTRY,
+            EV_EXIT = const crate::abi::format::EV_EXIT,
             // Call words (MERGE_CALL, S390_MERGE).
-            TLS_TRACE_PIN = const core::mem::offset_of!(crate::thread::Tls, trace_pin),
-            EV_CALL_MARK = const crate::trace::layout::EV_CALL_MARK,
-            EV_CALL_T0_BITS = const crate::trace::layout::EV_CALL_T0_BITS,
-            EV_CALL_DUR_BITS = const crate::trace::layout::EV_CALL_DUR_BITS,
-            EV_CALL_FN_BITS = const crate::trace::layout::EV_CALL_FN_BITS,
+            TLS_TRACE_PIN = const core::mem::offset_of!(crate::abi::Tls, trace_pin),
+            EV_CALL_MARK = const crate::abi::format::EV_CALL_MARK,
+            EV_CALL_T0_BITS = const crate::abi::format::EV_CALL_T0_BITS,
+            EV_CALL_DUR_BITS = const crate::abi::format::EV_CALL_DUR_BITS,
+            EV_CALL_FN_BITS = const crate::abi::format::EV_CALL_FN_BITS,
             $($($name = const $value,)+)?
             $(options($opt))?
         );
@@ -149,124 +140,48 @@ mod s390x;
 #[cfg(target_arch = "s390x")]
 pub use s390x::*;
 
-/// What every architecture with trampolines shares: its `asm/<arch>.s` defines these symbols
-/// under the same names.
-#[cfg(any(
-    target_arch = "x86_64",
-    target_arch = "aarch64",
-    target_arch = "riscv64",
-    target_arch = "s390x"
-))]
-mod shared {
-    use core::sync::atomic::{AtomicU8, Ordering};
+/// No native XRay patching on this architecture: the same interface, refusing every sled.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[path = "nosled.rs"]
+pub mod sled;
 
-    core::arch::global_asm!(
-        include_str!("data.s"),
-        HASH_MUL = const crate::arcs::HASH_MUL,
-        TLS_BYTES = const crate::thread::TLS_BYTES,
-    );
+/// Whether this build has trampolines.
+pub const SUPPORTED: bool = cfg!(instrfn_arch);
 
-    unsafe extern "C" {
-        fn instrfn_tls_get() -> *mut crate::thread::Tls;
-        /// Read by every fast path.
-        static instrfn_enabled: AtomicU8;
-        /// 0 gmon, 1 trace: read by every fast path.
-        static instrfn_mode: AtomicU8;
-        /// INSTRFN_MIN_DURATION in counter ticks (0: off).
-        static instrfn_min_ticks: core::sync::atomic::AtomicU64;
-        /// What the return pads' unwind info reads (asm/data.s).
-        static mut instrfn_registry: [usize; 3];
-    }
+/// XRay sled kinds, as an object's `xray_instr_map` lists them.
+pub const KIND_ENTRY: u8 = 0;
+pub const KIND_EXIT: u8 = 1;
+pub const KIND_TAIL: u8 = 2;
+/// An entry that logs its first argument (patched as an entry).
+pub const KIND_LOG_ARGS: u8 = 3;
 
-    // The return pads' unwind expressions were generated for 1-byte operands
-    // (scripts/return-pad-cfi.py; asm/<arch>.s).
-    const _: () = assert!(
-        crate::thread::BLOCK_SHADOW < 128
-            && crate::trace::layout::SH_BYTES < 128
-            && crate::trace::layout::SH_SLOT < 128
-            && crate::trace::layout::SH_RET < 128
-            && crate::trace::layout::SH_FN + 8 < 128
-    );
+/// Bytes of a stub page's XRay unwind info (`sled::unwind_info`; none where it is all zero).
+pub const UNWIND_BYTES: usize = 128;
 
-    /// Tells the return pads' unwind info where the shadow stacks are: the registry head's
-    /// address and the bytes of one shadow stack mapping (trace mode's start, before any return
-    /// address is replaced).
-    pub fn set_shadow_registry(head: usize, bytes: usize) {
-        // SAFETY: plain words of asm/data.s, read by unwinders only; the size is written before
-        // the head, which makes a walk find blocks.
-        unsafe {
-            let r = core::ptr::addr_of_mut!(instrfn_registry).cast::<usize>();
-            r.add(1).write_volatile(bytes);
-            r.write_volatile(head);
-        }
-    }
+// The return pads' unwind expressions were generated for 1-byte operands
+// (scripts/return-pad-cfi.py; src/arch/<arch>/exit.s).
+const _: () = assert!(
+    crate::thread::BLOCK_SHADOW < 128
+        && crate::abi::shadow::SH_BYTES < 128
+        && crate::abi::shadow::SH_SLOT < 128
+        && crate::abi::shadow::SH_RET < 128
+        && crate::abi::shadow::SH_FN + 8 < 128
+);
 
-    /// Sets the shortest call trace mode records, in counter ticks (start-up).
-    pub fn set_min_ticks(ticks: u64) {
-        // SAFETY: a static defined in the assembly, 8 bytes, only accessed atomically.
-        unsafe { &*core::ptr::addr_of!(instrfn_min_ticks) }.store(ticks, Ordering::Relaxed);
-    }
-
-    /// The mode the fast paths take: 0 gmon, 1 trace, 2 trace without exits.
-    pub fn mode() -> u8 {
-        // SAFETY: as in set_mode.
-        unsafe { &*core::ptr::addr_of!(instrfn_mode) }.load(Ordering::Relaxed)
-    }
-
-    /// Sets the mode the fast paths take (start-up, before recording).
-    pub fn set_mode(mode: u8) {
-        // SAFETY: a static defined in the assembly, one byte, only accessed atomically.
-        unsafe { &*core::ptr::addr_of!(instrfn_mode) }.store(mode, Ordering::Relaxed);
-    }
-
-    /// Whether this build has trampolines.
-    pub const SUPPORTED: bool = true;
-
-    /// The global recording switch the trampolines test.
-    #[inline]
-    pub fn enabled() -> &'static AtomicU8 {
-        // SAFETY: a static defined in the assembly, one byte, only accessed atomically.
-        unsafe { &*core::ptr::addr_of!(instrfn_enabled) }
-    }
-
-    /// This thread's [`Tls`](crate::thread::Tls) block.
-    #[inline]
-    pub fn tls() -> *mut crate::thread::Tls {
-        // SAFETY: instrfn_tls_get only reads the thread pointer and a link-time constant.
-        unsafe { instrfn_tls_get() }
-    }
-
-    /// The pc at which a signal interrupted this thread, from the handler's `ucontext`.
-    ///
-    /// # Safety
-    /// `uc` must be the third argument of an `SA_SIGINFO` handler.
-    #[inline]
-    pub unsafe fn interrupted_pc(uc: *const libc::c_void) -> usize {
-        // SAFETY: per the contract uc points to a kernel-built ucontext, whose pc lies at the
-        // architecture's offset.
-        unsafe { *(uc.cast::<u8>().add(super::UC_PC_OFFSET).cast::<usize>()) }
-    }
+/// The pc at which a signal interrupted this thread, from the handler's `ucontext`.
+///
+/// # Safety
+/// `uc` must be the third argument of an `SA_SIGINFO` handler.
+#[cfg(instrfn_arch)]
+#[inline]
+pub unsafe fn interrupted_pc(uc: *const libc::c_void) -> usize {
+    // SAFETY: per the contract uc points to a kernel-built ucontext, whose pc lies at the
+    // architecture's offset.
+    unsafe { *(uc.cast::<u8>().add(UC_PC_OFFSET).cast::<usize>()) }
 }
-#[cfg(any(
-    target_arch = "x86_64",
-    target_arch = "aarch64",
-    target_arch = "riscv64",
-    target_arch = "s390x"
-))]
-pub use shared::*;
 
-#[cfg(not(any(
-    target_arch = "x86_64",
-    target_arch = "aarch64",
-    target_arch = "riscv64",
-    target_arch = "s390x"
-)))]
+#[cfg(not(instrfn_arch))]
 #[macro_use]
 mod unsupported;
-#[cfg(not(any(
-    target_arch = "x86_64",
-    target_arch = "aarch64",
-    target_arch = "riscv64",
-    target_arch = "s390x"
-)))]
+#[cfg(not(instrfn_arch))]
 pub use unsupported::*;

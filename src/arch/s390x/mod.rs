@@ -6,10 +6,10 @@
 //! entry `%r15 + 112`, for both kinds).
 
 trampoline_asm!("base.s" + "events.s" + "counting.s" + "exit.s" + "guarded.s";
-    SH_SPARE = const crate::trace::layout::SH_SPARE,
-    EV_NOEXIT = const crate::trace::layout::EV_NOEXIT,
+    SH_SPARE = const crate::abi::shadow::SH_SPARE,
+    EV_NOEXIT = const crate::abi::format::EV_NOEXIT,
     // (Call words: S390_MERGE subtracts the offset as such.)
-    EV_CALL_FN_OFFSET = const crate::trace::layout::EV_CALL_FN_OFFSET,
+    EV_CALL_FN_OFFSET = const crate::abi::format::EV_CALL_FN_OFFSET,
 );
 
 /// `naked_asm!` as the assembly is written (default options).

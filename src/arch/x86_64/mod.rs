@@ -2,14 +2,16 @@
 //! `__fentry__` before it (from_pc at `8(%rsp)`). The routines and their register contracts are
 //! in `asm/x86_64.s`.
 
+pub mod sled;
+
 // The trampolines, then the XRay trampolines (src/xray.rs patches sleds to reach them), as one
 // block: asm/x86_64-xray.s uses asm/x86_64.s's trace macros (SCRATCH_SAVE, SCRATCH_RESTORE,
 // TIMESTAMP, TRACE_EVENT, SHADOW_RESERVE, SHADOW_RELEASE, SHADOW_POP) and this one
 // operand list.
 trampoline_asm!("base.s" + "events.s" + "counting.s" + "exit.s" + "guarded.s" + "xray.s", att_syntax;
-    EV_NOEXIT = const crate::trace::layout::EV_NOEXIT,
+    EV_NOEXIT = const crate::abi::format::EV_NOEXIT,
     // (Call words: x86_64, riscv64 and s390x subtract the offset as such.)
-    EV_CALL_FN_OFFSET = const crate::trace::layout::EV_CALL_FN_OFFSET,
+    EV_CALL_FN_OFFSET = const crate::abi::format::EV_CALL_FN_OFFSET,
 );
 
 /// `naked_asm!` in AT&T syntax, like asm/x86_64.s.

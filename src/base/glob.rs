@@ -1,8 +1,8 @@
 //! Name patterns: `*` any run of bytes, `?` any one byte; a pattern without wildcards matches
-//! as a substring. One definition for the runtime (INSTRFN_FILTER / INSTRFN_EXCLUDE choose the
-//! XRay sleds to patch, src/xray.rs) and the `instrfn` command (`--filter` / `--exclude`,
-//! cli/src/filter.rs, which includes this file), so a pattern means the same in both.
-//! Pure `core`: no allocation.
+//! as a substring. One definition for the runtime (INSTRFN_FILTER and INSTRFN_EXCLUDE choose
+//! the XRay sleds to patch) and the `instrfn` command (`--filter`, `--exclude`:
+//! cli/src/filter.rs includes this file), so a pattern means the same in both.
+//! Pure `core`: no allocation, nothing else of the crate.
 
 /// Whether pattern `p` matches `s`.
 pub fn matches(p: &[u8], s: &[u8]) -> bool {

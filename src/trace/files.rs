@@ -3,16 +3,11 @@
 //! A program may close any descriptor: daemons close every one above 2 as they start (a loop
 //! to `sysconf(_SC_OPEN_MAX)`, `close_range`), often after their first instrumented call has
 //! opened the trace. The number is then free, and the program's next `open` gets it: a
-//! `pwrite` meant for the trace would land in the program's own file. (Before this module,
-//! a program that closed every descriptor and then wrote a file of its own found instrfn's
-//! meta lines and chunk bytes in it.) So each use of a trace file's descriptor first checks,
-//! with `fstat`, that it still refers to the file that was opened (the same device and
-//! inode), and if not reopens that file by its absolute path, checks it is the same file, and
-//! keeps the new descriptor; the number the program now uses is never touched. Descriptors
-//! are placed at [`HIGH_FD`] and above, away from the low numbers `open` hands out, where
-//! `dup2` onto a fixed number and "the first file is descriptor 3" assumptions live.
-//!
-//! The XRay patcher's descriptor of /proc/self/mem (src/xray.rs) is checked the same way.
+//! `pwrite` meant for the trace would land in the program's own file. So each use of a trace
+//! file's descriptor first checks, with `fstat`, that it still refers to the file that was
+//! opened (the same device and inode), and if not reopens that file by its absolute path,
+//! checks it is the same file, and keeps the new descriptor; the number the program now uses
+//! is never touched. Descriptors are placed at `sys::file::HIGH_FD` and above.
 //!
 //! What remains: another thread of the program that closes a trace descriptor and opens a
 //! file of its own between the check and the write (a window of one system call) is not
@@ -22,15 +17,13 @@ use core::cell::UnsafeCell;
 use core::ffi::c_int;
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use crate::collector::syscall;
-
-/// Where the trace's descriptors go: at or above this number, if the process may have it.
-pub const HIGH_FD: c_int = 1000;
+use crate::sys::file::{close, fd_identity as identity, move_high};
+use crate::sys::raw::syscall;
 
 /// One of the trace's files: its descriptor and what it is.
 pub struct TraceFile {
     fd: AtomicI32,
-    /// Device and inode of the file, as opened ([`identity`]).
+    /// Device and inode of the file, as opened.
     dev: AtomicU64,
     ino: AtomicU64,
     /// The file's name after the trace path ([`set_path`]): `.meta`, `.events`, `.stage`.
@@ -55,7 +48,7 @@ impl TraceFile {
         self.fd.load(Ordering::Acquire)
     }
 
-    /// Takes `fd`, just opened, as this file's (moved to [`HIGH_FD`] or above if it can be);
+    /// Takes `fd`, just opened, as this file's (moved to `HIGH_FD` or above if it can be);
     /// returns the descriptor kept.
     pub fn set(&self, fd: c_int) -> c_int {
         let fd = move_high(fd);
@@ -188,7 +181,7 @@ static PATH: Path = Path {
 };
 
 /// Keeps the trace files' path, `dir/name`, for reopening them. Before the trace's
-/// descriptors are set. `dir` is absolute (src/config.rs makes INSTRFN_OUTPUT so at load); a
+/// descriptors are set. `dir` is absolute (crate::config makes INSTRFN_OUTPUT so at load); a
 /// relative one (the working directory was gone or too long then), or a path that does not
 /// fit, leaves none: the files are then not reopened.
 pub fn set_path(dir: &[u8], name: &[u8]) {
@@ -207,55 +200,4 @@ pub fn set_path(dir: &[u8], name: &[u8]) {
         len += part.len();
     }
     PATH.len.store(len, Ordering::Release);
-}
-
-/// Device and inode of what `fd` refers to, or the negative errno. `fstat`: the system call
-/// every seccomp policy that lets a program look at its files allows (glibc's own `fstat`).
-pub fn identity(fd: c_int) -> Result<(u64, u64), isize> {
-    // struct stat begins with st_dev and st_ino, 8 bytes each, on all four architectures; it
-    // is at most 144 bytes.
-    let mut buf = [0u64; 32];
-    // SAFETY: fstat of a descriptor into a local buffer larger than struct stat.
-    let r = unsafe {
-        syscall(
-            libc::SYS_fstat,
-            [fd as usize, buf.as_mut_ptr() as usize, 0, 0, 0, 0],
-        )
-    };
-    if r < 0 {
-        return Err(r);
-    }
-    Ok((buf[0], buf[1]))
-}
-
-/// `fd` moved to [`HIGH_FD`] or above (the old number closed), or `fd` itself if the process
-/// may not have one that high.
-pub fn move_high(fd: c_int) -> c_int {
-    if fd >= HIGH_FD {
-        return fd;
-    }
-    // SAFETY: fcntl(F_DUPFD_CLOEXEC) of our own descriptor.
-    let high = unsafe {
-        syscall(
-            libc::SYS_fcntl,
-            [
-                fd as usize,
-                libc::F_DUPFD_CLOEXEC as usize,
-                HIGH_FD as usize,
-                0,
-                0,
-                0,
-            ],
-        )
-    };
-    if high < 0 {
-        return fd;
-    }
-    close(fd);
-    high as c_int
-}
-
-fn close(fd: c_int) {
-    // SAFETY: closing a descriptor this module opened.
-    unsafe { syscall(libc::SYS_close, [fd as usize, 0, 0, 0, 0, 0]) };
 }

@@ -11,8 +11,9 @@
 
 use core::cell::UnsafeCell;
 
-use crate::gmon::{Arc, Recorded, Scratch};
-use crate::modules::Module;
+use super::recorded::{Arc, Recorded, Scratch};
+use crate::sys;
+use crate::sys::objects::Module;
 
 /// One arc counted by an unloaded library: runtime addresses, and the calls it made there.
 #[derive(Clone, Copy)]
@@ -79,8 +80,8 @@ pub fn prepare() {
     if !st.arcs.is_null() || st.full {
         return;
     }
-    let arcs = crate::sys::map_zeroed(MAX_ARCS * core::mem::size_of::<Gone>());
-    let loads = crate::sys::map_zeroed(MAX_LOADS * core::mem::size_of::<Module>());
+    let arcs = sys::map_zeroed(MAX_ARCS * core::mem::size_of::<Gone>());
+    let loads = sys::map_zeroed(MAX_LOADS * core::mem::size_of::<Module>());
     match (arcs, loads) {
         (Some(a), Some(l)) => {
             st.arcs = a.cast().as_ptr();

@@ -1,5 +1,5 @@
 //! Per-thread call-arc tables: open addressing over `(from_pc, self_pc)` with exact 64-bit
-//! counts.
+//! counts, grown as a chain (chain.rs). Its layout is shared with the assembly.
 //!
 //! The trampolines search and count in a table without any Rust code (the fast path); this
 //! module inserts new arcs and grows tables on the slow path, and lets the gmon writer read
@@ -24,7 +24,7 @@ use core::mem::size_of;
 use core::ptr;
 use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
-use crate::sys;
+use super::chain::{Linked, chain, map_table};
 
 /// Bytes from the table header to the first slot. The trampolines hard-code it.
 pub const SLOTS_OFFSET: usize = 64;
@@ -37,7 +37,7 @@ const GROWTH: usize = 4;
 /// The multiplier of the slot hash (2^64 / golden ratio, odd). The trampolines hard-code it.
 pub const HASH_MUL: u64 = 0x9e37_79b9_7f4a_7c15;
 
-/// One arc. Field offsets are hard-coded in every `asm/<arch>.s`.
+/// One arc. Field offsets are hard-coded in every architecture's assembly.
 #[repr(C)]
 pub struct Slot {
     /// The callee's pc (the return address of its counting call); 0 = empty slot.
@@ -50,7 +50,7 @@ pub struct Slot {
 }
 
 /// Header of a table; `capacity` slots follow at [`SLOTS_OFFSET`]. Field offsets are
-/// hard-coded in every `asm/<arch>.s` (see [`layout`]).
+/// hard-coded in every architecture's assembly (see [`layout`]).
 #[repr(C)]
 pub struct ArcTable {
     /// `(capacity - 1) * SLOT_BYTES`, read by the trampolines. Immutable.
@@ -116,7 +116,7 @@ const _: () = assert!(
 /// shift)` slots: the top bits of `(from_pc ^ rotl(self_pc, 32)) * HASH_MUL`. A 64-bit
 /// multiply carries every key bit into the top bits, so callers that differ only in their
 /// low bits (or only in high ones) still spread over the whole table. Must stay identical to
-/// the hash in every `asm/<arch>.s`.
+/// the hash in every architecture's assembly (src/arch/<arch>/).
 #[inline]
 pub fn hash(from_pc: usize, self_pc: usize, shift: u8) -> usize {
     let k = from_pc as u64 ^ (self_pc as u64).rotate_left(32);
@@ -143,8 +143,7 @@ impl ArcTable {
     /// `max_arcs` arcs, replacing `prev`.
     pub fn create(capacity: usize, max_arcs: usize, prev: *mut ArcTable) -> Option<*mut ArcTable> {
         debug_assert!(capacity.is_power_of_two() && capacity >= 4);
-        let map_len = SLOTS_OFFSET + capacity * SLOT_BYTES;
-        let table = sys::map_zeroed(map_len)?.cast::<ArcTable>().as_ptr();
+        let table = map_table::<ArcTable>(SLOTS_OFFSET, capacity, SLOT_BYTES)?.as_ptr();
         let limit = (capacity / 2).min(max_arcs);
         // SAFETY: the mapping is fresh, zeroed, large enough and page-aligned.
         unsafe {
@@ -270,7 +269,7 @@ pub fn insert(table: &ArcTable, from_pc: usize, self_pc: usize, max_arcs: usize)
 /// Adds `(from_pc, self_pc)` as a key with count 0, unless it is there already or the table
 /// holds `limit` keys: returns whether the key is in the table. Such a key is no arc (readers
 /// skip count-0 slots, so it is never written) but a site marker: the riscv64 trampolines look
-/// it up to learn where a call site passes its caller (src/arch/riscv64.rs). A marker takes a
+/// it up to learn where a call site passes its caller (src/arch/riscv64/). A marker takes a
 /// slot and counts in `len` like an arc, so it is copied when the table grows. Called by the
 /// owner only, with signals blocked.
 #[cfg_attr(not(target_arch = "riscv64"), allow(dead_code))]
@@ -312,16 +311,10 @@ pub fn clear(table: &ArcTable) {
     table.lost.store(0, Ordering::Relaxed);
 }
 
-/// `table` and the tables it replaced, newest first.
-fn chain(table: *mut ArcTable) -> impl Iterator<Item = &'static ArcTable> {
-    let mut t = table;
-    core::iter::from_fn(move || {
-        // SAFETY: tables are never unmapped; t is the head of a chain (loaded with Acquire by
-        // the caller, or owned by it) or an immutable prev link of one.
-        let tab = unsafe { t.as_ref()? };
-        t = tab.prev;
-        Some(tab)
-    })
+impl Linked for ArcTable {
+    fn prev(&self) -> *mut ArcTable {
+        self.prev
+    }
 }
 
 /// Zeroes every count of `table` and of the tables it replaced (keys stay). Only for a state

@@ -8,7 +8,7 @@
 //! chunks of a *staging file* that are mapped once and reused: when a thread's chunk is full
 //! it takes a ready one from a small pool (one atomic swap), wakes the collector (futex) and
 //! goes on; the collector copies the full chunk to the events file with `pwrite`
-//! ([`crate::trace::commit`]), clears it and puts it back in the pool. The data path stays
+//! (chunks.rs `commit`), clears it and puts it back in the pool. The data path stays
 //! crash-safe: events go straight into shared file mappings, whose pages belong to the page
 //! cache the moment they are stored to, and readers read both files. If the pool is empty (the
 //! collector is behind, or not running), the thread commits a retired chunk itself and fills
@@ -18,12 +18,18 @@
 //! The thread is made with a raw `clone` (the flags of a pthread, all signals blocked), not
 //! `pthread_create`: trace mode starts at the program's first instrumented call, which may be
 //! in a signal handler, where pthread_create (it allocates) could deadlock. So libc does not know the thread: it runs
-//! only code of this module and [`crate::trace::new_chunk`] / [`crate::trace::commit`], with
+//! only code of this module and chunks.rs, with
 //! raw system calls (never errno, never thread-local storage — its thread pointer is its
 //! creator's). It never exits: the process's exit (or exec) ends it; a fork child starts its
 //! own. INSTRFN_COLLECTOR=off keeps the process at the threads the program made.
 
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use super::chunks::{active, all_written, commit, new_chunk};
+use super::settings::chunk_bytes;
+use crate::abi::{self, Tls};
+use crate::sys;
+use crate::sys::raw::{self, syscall, thread_pointer};
 
 /// Prepared chunks kept ready, at most.
 const POOL: usize = 4;
@@ -64,215 +70,10 @@ static PREPARED: AtomicU64 = AtomicU64::new(0);
 static TAKEN: AtomicU64 = AtomicU64::new(0);
 static BY_THREADS: AtomicU64 = AtomicU64::new(0);
 
-/// Raw system calls, for the collector thread (no errno: the result is `-errno` on failure).
-mod raw {
-    /// # Safety
-    /// A system call with these arguments must be sound.
-    #[inline(always)]
-    pub unsafe fn syscall(nr: libc::c_long, a: [usize; 6]) -> isize {
-        let r: isize;
-        // SAFETY: the caller vouches for the call; each arm follows the kernel's syscall ABI
-        // for its architecture (number and arguments in the listed registers, the result in
-        // the first, and the registers the kernel clobbers declared).
-        unsafe {
-            #[cfg(target_arch = "x86_64")]
-            core::arch::asm!("syscall", inlateout("rax") nr as isize => r,
-                in("rdi") a[0], in("rsi") a[1], in("rdx") a[2], in("r10") a[3], in("r8") a[4],
-                in("r9") a[5], lateout("rcx") _, lateout("r11") _, options(nostack));
-            #[cfg(target_arch = "aarch64")]
-            core::arch::asm!("svc 0", in("x8") nr, inlateout("x0") a[0] as isize => r,
-                in("x1") a[1], in("x2") a[2], in("x3") a[3], in("x4") a[4], in("x5") a[5],
-                options(nostack));
-            #[cfg(target_arch = "riscv64")]
-            core::arch::asm!("ecall", in("a7") nr, inlateout("a0") a[0] as isize => r,
-                in("a1") a[1], in("a2") a[2], in("a3") a[3], in("a4") a[4], in("a5") a[5],
-                options(nostack));
-            #[cfg(target_arch = "s390x")]
-            core::arch::asm!("svc 0", in("r1") nr, inlateout("r2") a[0] as isize => r,
-                in("r3") a[1], in("r4") a[2], in("r5") a[3], in("r6") a[4], in("r7") a[5],
-                options(nostack));
-            #[cfg(not(any(
-                target_arch = "x86_64",
-                target_arch = "aarch64",
-                target_arch = "riscv64",
-                target_arch = "s390x"
-            )))]
-            {
-                let _ = (nr, a);
-                r = -(libc::ENOSYS as isize);
-            }
-        }
-        r
-    }
-
-    /// clone(flags, stack) whose child runs `entry(arg)` on `stack_top` and never returns.
-    /// Returns the child's tid, or -errno.
-    ///
-    /// # Safety
-    /// `stack_top` is the 16-byte aligned top of a mapping the child may own; `entry` must
-    /// never return and must touch no thread-local storage.
-    #[allow(unused_variables)]
-    pub unsafe fn spawn(
-        flags: usize,
-        stack_top: usize,
-        tls: usize,
-        entry: extern "C" fn(usize) -> !,
-        arg: usize,
-    ) -> isize {
-        let r: isize;
-        let entry = entry as usize;
-        // SAFETY: clone(2) with the caller's stack; the child (result 0) leaves the asm by
-        // calling `entry` on its new stack, so it never runs the code after the asm with
-        // the parent's frame. Arguments per arch: x86_64 (flags, stack, ptid, ctid, tls),
-        // aarch64 and riscv64 (flags, stack, ptid, tls, ctid), s390x (stack, flags, ...).
-        unsafe {
-            #[cfg(target_arch = "x86_64")]
-            core::arch::asm!(
-                "syscall",
-                "test rax, rax",
-                "jnz 2f",
-                "xor ebp, ebp",
-                "mov rdi, r13",
-                "call r12",
-                "ud2",
-                "2:",
-                inlateout("rax") libc::SYS_clone as isize => r,
-                in("rdi") flags, in("rsi") stack_top, in("rdx") 0usize, in("r10") 0usize,
-                in("r8") tls, in("r12") entry, in("r13") arg,
-                lateout("rcx") _, lateout("r11") _, options(nostack));
-            #[cfg(target_arch = "aarch64")]
-            core::arch::asm!(
-                "svc 0",
-                "cbnz x0, 2f",
-                "mov x29, xzr",
-                "mov x30, xzr",
-                "mov x0, x21",
-                "blr x20",
-                "brk #0",
-                "2:",
-                in("x8") libc::SYS_clone, inlateout("x0") flags as isize => r,
-                in("x1") stack_top, in("x2") 0usize, in("x3") tls, in("x4") 0usize,
-                in("x20") entry, in("x21") arg, options(nostack));
-            #[cfg(target_arch = "riscv64")]
-            core::arch::asm!(
-                "ecall",
-                "bnez a0, 2f",
-                "mv a0, t1",
-                "jalr t0",
-                "unimp",
-                "2:",
-                in("a7") libc::SYS_clone, inlateout("a0") flags as isize => r,
-                in("a1") stack_top, in("a2") 0usize, in("a3") tls, in("a4") 0usize,
-                in("t0") entry, in("t1") arg, options(nostack));
-            #[cfg(target_arch = "s390x")]
-            core::arch::asm!(
-                "svc 0",
-                "ltgr %r2, %r2",
-                "jnz 2f",
-                "lgr %r2, %r9",
-                "basr %r14, %r8",
-                "j .",
-                "2:",
-                in("r1") libc::SYS_clone, inlateout("r2") (stack_top - 160) as isize => r,
-                in("r3") flags, in("r4") 0usize, in("r5") 0usize, in("r6") tls,
-                in("r8") entry, in("r9") arg, options(nostack));
-            #[cfg(not(any(
-                target_arch = "x86_64",
-                target_arch = "aarch64",
-                target_arch = "riscv64",
-                target_arch = "s390x"
-            )))]
-            {
-                r = -(libc::ENOSYS as isize);
-            }
-        }
-        r
-    }
-}
-
-/// The calling thread's thread pointer (what CLONE_SETTLS sets).
-pub(crate) fn thread_pointer() -> usize {
-    let tp: usize;
-    // SAFETY: reads of the thread pointer register (x86_64: the TCB's self pointer at %fs:0,
-    // which glibc and musl keep).
-    unsafe {
-        #[cfg(target_arch = "x86_64")]
-        core::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
-        #[cfg(target_arch = "aarch64")]
-        core::arch::asm!("mrs {}, tpidr_el0", out(reg) tp, options(nomem, nostack));
-        #[cfg(target_arch = "riscv64")]
-        core::arch::asm!("mv {}, tp", out(reg) tp, options(nomem, nostack));
-        #[cfg(target_arch = "s390x")]
-        core::arch::asm!("ear {0}, %a0", "sllg {0}, {0}, 32", "ear {0}, %a1", out(reg) tp,
-            options(nomem, nostack));
-        #[cfg(not(any(
-            target_arch = "x86_64",
-            target_arch = "aarch64",
-            target_arch = "riscv64",
-            target_arch = "s390x"
-        )))]
-        {
-            tp = 0;
-        }
-    }
-    tp
-}
-
-/// A raw system call (see [`raw`]): the collector's only way to the kernel.
-///
-/// # Safety
-/// As [`raw::syscall`].
-pub unsafe fn syscall(nr: libc::c_long, a: [usize; 6]) -> isize {
-    // SAFETY: passed on.
-    unsafe { raw::syscall(nr, a) }
-}
-
-/// mmap without errno (s390x passes the six arguments in memory). Returns the address or
-/// -errno.
-///
-/// # Safety
-/// As mmap(2).
-pub unsafe fn mmap(addr: usize, len: usize, prot: i32, flags: i32, fd: i32, off: u64) -> isize {
-    let a = [
-        addr,
-        len,
-        prot as usize,
-        flags as usize,
-        fd as isize as usize,
-        off as usize,
-    ];
-    // SAFETY: mmap(2) with the caller's arguments; on s390x the old_mmap call reads them
-    // from the array.
-    unsafe {
-        if cfg!(target_arch = "s390x") {
-            syscall(libc::SYS_mmap, [a.as_ptr() as usize, 0, 0, 0, 0, 0])
-        } else {
-            syscall(libc::SYS_mmap, a)
-        }
-    }
-}
-
 /// Unmaps a chunk (the collector's or the caller's).
 fn unmap(base: usize, len: usize) {
     // SAFETY: a chunk mapping nobody writes any more.
     unsafe { syscall(libc::SYS_munmap, [base, len, 0, 0, 0, 0]) };
-}
-
-fn futex(word: &AtomicU32, op: i32, val: u32, timeout: usize) {
-    // SAFETY: a private futex on a static word; FUTEX_WAIT reads a timespec at `timeout`.
-    unsafe {
-        syscall(
-            libc::SYS_futex,
-            [
-                word.as_ptr() as usize,
-                (op | libc::FUTEX_PRIVATE_FLAG) as usize,
-                val as usize,
-                timeout,
-                0,
-                0,
-            ],
-        )
-    };
 }
 
 /// INSTRFN_COLLECTOR and INSTRFN_COLLECTOR_NICE (before the trace starts).
@@ -290,32 +91,19 @@ pub fn start() {
     STOP.store(false, Ordering::SeqCst);
     let mut stack = STACK.load(Ordering::Relaxed);
     if stack == 0 {
-        // SAFETY: a fresh private anonymous mapping.
-        let p = unsafe {
-            mmap(
-                0,
-                STACK_BYTES + PAGE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
+        let p = match sys::mem::map_anon(STACK_BYTES + PAGE) {
+            Ok(p) => p,
+            Err(e) => {
+                message!(
+                    "cannot map the collector's stack: {}; each thread maps its own chunks",
+                    sys::Errno(e)
+                );
+                return;
+            }
         };
-        if p < 0 {
-            message!(
-                "cannot map the collector's stack: {}; each thread maps its own chunks",
-                crate::sys::Errno(-p as i32)
-            );
-            return;
-        }
-        stack = p as usize;
-        // SAFETY: the lowest page of our own mapping becomes the guard page.
-        unsafe {
-            syscall(
-                libc::SYS_mprotect,
-                [stack, PAGE, libc::PROT_NONE as usize, 0, 0, 0],
-            )
-        };
+        // SAFETY: the lowest page of our own fresh mapping becomes the guard page.
+        unsafe { sys::mem::guard_page(p, PAGE) };
+        stack = p.as_ptr() as usize;
         STACK.store(stack, Ordering::Relaxed);
     }
     let Some(tp) = fake_tls() else {
@@ -368,7 +156,7 @@ pub fn start() {
     if tid <= 0 {
         message!(
             "cannot start the collector thread: {}; each thread maps its own chunks",
-            crate::sys::Errno(-tid as i32)
+            sys::Errno(-tid as i32)
         );
         return;
     }
@@ -430,8 +218,8 @@ fn fake_tls() -> Option<usize> {
         return Some(TP.load(Ordering::Relaxed));
     }
     let real_tp = thread_pointer();
-    let off = crate::arch::tls() as isize - real_tp as isize;
-    let tls_bytes = core::mem::size_of::<crate::thread::Tls>() as isize;
+    let off = abi::tls() as isize - real_tp as isize;
+    let tls_bytes = core::mem::size_of::<Tls>() as isize;
     if real_tp == 0 || off.unsigned_abs() > 64 << 20 {
         message!("cannot place the collector's thread data; each thread maps its own chunks");
         return None;
@@ -441,30 +229,23 @@ fn fake_tls() -> Option<usize> {
     let above = (off + tls_bytes).max(16) as usize;
     let lead = below.next_multiple_of(PAGE) + PAGE;
     let size = lead + above.next_multiple_of(PAGE) + PAGE;
-    // SAFETY: a fresh private anonymous mapping (zeroed; untouched pages cost nothing).
-    let area = unsafe {
-        mmap(
-            0,
-            size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
+    // Zeroed; untouched pages cost nothing.
+    let area = match sys::mem::map_anon(size) {
+        Ok(p) => p.as_ptr() as usize,
+        Err(e) => {
+            message!(
+                "cannot map the collector's thread data: {}; each thread maps its own chunks",
+                sys::Errno(e)
+            );
+            return None;
+        }
     };
-    if area < 0 {
-        message!(
-            "cannot map the collector's thread data: {}; each thread maps its own chunks",
-            crate::sys::Errno(-area as i32)
-        );
-        return None;
-    }
     // Same alignment within a page as the real one (the Tls's alignment comes with it).
     let tp = area as usize + lead + (real_tp & (PAGE - 1)) - PAGE;
     // SAFETY: both lie inside the area: tp - below >= area, tp + above <= area + size.
     unsafe {
         *(tp as *mut usize) = tp;
-        let tls = (tp as isize + off) as *mut crate::thread::Tls;
+        let tls = (tp as isize + off) as *mut Tls;
         core::ptr::addr_of_mut!((*tls).guard).write(1);
     }
     TP.store(tp, Ordering::Relaxed);
@@ -524,7 +305,7 @@ extern "C" fn collector_main(_: usize) -> ! {
             // committed, the pool's stay for the threads) and nothing waits on it.
             unsafe { syscall(libc::SYS_exit, [0, 0, 0, 0, 0, 0]) };
         }
-        if !STOP.load(Ordering::SeqCst) && crate::trace::active() {
+        if !STOP.load(Ordering::SeqCst) && active() {
             // As many ready as the threads' appetite asks for: none before the first chunk is
             // taken (a process that writes a few events keeps one chunk), then up to POOL.
             let taken = TAKEN.load(Ordering::Relaxed) as usize;
@@ -534,7 +315,7 @@ extern "C" fn collector_main(_: usize) -> ! {
                     continue;
                 }
                 let base = match pop(&FREE) {
-                    0 => match crate::trace::new_chunk() {
+                    0 => match new_chunk() {
                         Some(b) => b,
                         None => break,
                     },
@@ -547,12 +328,7 @@ extern "C" fn collector_main(_: usize) -> ! {
                 }
             }
         }
-        futex(
-            &WAKE,
-            libc::FUTEX_WAIT,
-            seen,
-            &second as *const libc::timespec as usize,
-        );
+        raw::futex(&WAKE, libc::FUTEX_WAIT, seen, Some(&second));
     }
 }
 
@@ -579,16 +355,16 @@ fn recycle(base: usize) {
             return;
         }
     }
-    unmap(base, crate::trace::chunk_bytes());
+    unmap(base, chunk_bytes());
 }
 
 /// Commits a chunk whose events are all written and reuses it; one the events file could not
 /// take stays in the staging file as it is (its mapping goes).
 fn commit_and_recycle(base: usize) {
-    if crate::trace::commit(base) {
+    if commit(base) {
         recycle(base);
     } else {
-        unmap(base, crate::trace::chunk_bytes());
+        unmap(base, chunk_bytes());
     }
 }
 
@@ -652,7 +428,7 @@ pub fn retire(base: usize, end: usize) {
             }
         }
     }
-    if crate::trace::all_written(base, end) {
+    if all_written(base, end) {
         commit_and_recycle(base);
     }
 }
@@ -662,16 +438,16 @@ pub fn retire(base: usize, end: usize) {
 /// there is none). Where the program keeps every CPU busy, the collector (nice 19) falls
 /// behind; a `pwrite` of a chunk costs the thread about a fifth of what mapping fresh pages
 /// of the staging file costs (scripts/bench/pagecache.c: `fpwrite` against `populate`), and
-/// the staging file stops growing. Raw system calls only, as [`crate::trace::commit`].
+/// the staging file stops growing. Raw system calls only, as chunks.rs.
 pub fn commit_one_retired() -> usize {
     let Some(base) = RETIRE.iter().zip(&RETIRE_END).find_map(take_written) else {
         return 0;
     };
-    if crate::trace::commit(base) {
+    if commit(base) {
         return base;
     }
     // The events file cannot grow: the chunk stays in the staging file as it is.
-    unmap(base, crate::trace::chunk_bytes());
+    unmap(base, chunk_bytes());
     0
 }
 
@@ -702,7 +478,7 @@ fn take_written((r, e): (&AtomicUsize, &AtomicUsize)) -> Option<usize> {
         return None;
     }
     // The end was stored before the base was released into the slot (see `retire`).
-    if crate::trace::all_written(base, e.load(Ordering::Relaxed)) {
+    if all_written(base, e.load(Ordering::Relaxed)) {
         r.store(0, Ordering::Release);
         Some(base)
     } else {
@@ -713,7 +489,7 @@ fn take_written((r, e): (&AtomicUsize, &AtomicUsize)) -> Option<usize> {
 
 fn wake() {
     WAKE.fetch_add(1, Ordering::Release);
-    futex(&WAKE, libc::FUTEX_WAKE, 1, 0);
+    raw::futex(&WAKE, libc::FUTEX_WAKE, 1, None);
 }
 
 /// At the end of the trace (exit, exec): nothing more is prepared (the chunks in the pool stay
@@ -762,7 +538,7 @@ pub fn finish() -> (i32, u64, u64, u64) {
 /// the retired ones).
 pub fn after_fork() {
     TID.store(0, Ordering::Relaxed);
-    let chunk = crate::trace::chunk_bytes();
+    let chunk = chunk_bytes();
     for r in READY.iter().chain(RETIRE.iter()).chain(FREE.iter()) {
         let base = r.swap(0, Ordering::Relaxed);
         if base > CLAIMED {

@@ -8,7 +8,7 @@
 //!
 //! Rust's std installs its stack-overflow handler only if SIGSEGV is at its default when
 //! `main` starts, which may be after instrfn started (rustc instantiates `lang_start` in the
-//! program, instrumented). So on glibc, instrfn wraps `sigaction` (src/interpose.c): while its
+//! program, instrumented). So on glibc, instrfn wraps `sigaction` (interpose.c): while its
 //! handler is installed, the program is shown SIG_DFL for that signal, and a program that sets
 //! its own handler replaces instrfn's. On musl there is no wrapper (the program links libc
 //! statically), so SIGSEGV and SIGBUS are left to the program there.
@@ -22,7 +22,9 @@
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 
-use crate::{runtime, sys};
+use super::started;
+use crate::thread::ThreadBlock;
+use crate::{output, sys};
 
 /// The signals taken, in this order (the bit of each in [`TAKEN`]).
 #[cfg(instrfn_wrapped)]
@@ -41,7 +43,7 @@ static TAKEN: AtomicU32 = AtomicU32::new(0);
 /// Set by the first crash that wrote (or tried to write) the profile.
 static WRITTEN: AtomicBool = AtomicBool::new(false);
 /// Bytes of a thread's alternate signal stack.
-pub const ALT_STACK_BYTES: usize = 64 * 1024;
+const ALT_STACK_BYTES: usize = 64 * 1024;
 /// The stack the profile is written on after a crash (one: only the first crash writes). A
 /// signal may arrive on a small stack: a program's alternate one (Rust's std aborts from its
 /// stack-overflow handler, on its own alternate stack), or what is left of an overflowed one.
@@ -49,7 +51,7 @@ const CRASH_STACK_BYTES: usize = 512 * 1024;
 static CRASH_STACK: AtomicPtr<u8> = AtomicPtr::new(core::ptr::null_mut());
 
 unsafe extern "C" {
-    /// asm/<arch>.s: calls `f(arg)` with the stack pointer at `top`.
+    /// src/arch/<arch>/guarded.s: calls `f(arg)` with the stack pointer at `top`.
     fn instrfn_call_on_stack(f: extern "C" fn(*mut c_void), arg: *mut c_void, top: *mut u8);
 }
 
@@ -82,14 +84,32 @@ pub fn install() {
     }
 }
 
+/// A thread has claimed `block`: it gets an alternate signal stack for the fault handlers
+/// (mapped with the block the first time, and handed on with it).
+pub fn thread_started(block: &ThreadBlock) {
+    if !wants_alt_stack() {
+        return;
+    }
+    let mut stack = block.altstack.load(Ordering::Relaxed);
+    if stack.is_null()
+        && let Some(mem) = sys::map_zeroed(ALT_STACK_BYTES)
+    {
+        stack = mem.as_ptr();
+        block.altstack.store(stack, Ordering::Relaxed);
+    }
+    if !stack.is_null() {
+        use_alt_stack(stack);
+    }
+}
+
 /// Whether any fault handler needs a per-thread alternate stack.
-pub fn wants_alt_stack() -> bool {
+fn wants_alt_stack() -> bool {
     TAKEN.load(Ordering::Relaxed) & 0b11 != 0 && cfg!(instrfn_wrapped)
 }
 
 /// Gives the calling thread `stack` (ALT_STACK_BYTES) as its alternate signal stack, unless
 /// it has one of its own. Raw system call.
-pub fn use_alt_stack(stack: *mut u8) {
+fn use_alt_stack(stack: *mut u8) {
     // SAFETY: all-zero is a valid stack_t to fill; sigaltstack only reads/writes them.
     unsafe {
         let mut old: libc::stack_t = core::mem::zeroed();
@@ -116,12 +136,13 @@ extern "C" fn on_crash(sig: c_int, info: *mut libc::siginfo_t, _uc: *mut c_void)
     let stack = CRASH_STACK.load(Ordering::Acquire);
     if !WRITTEN.swap(true, Ordering::AcqRel)
         && !stack.is_null()
-        && let Some(rt) = runtime::started()
+        && let Some(rt) = started()
         && rt.owned_here()
     {
         extern "C" fn write(rt: *mut c_void) {
             // SAFETY: the runtime passed below, which lives for the whole process.
-            crate::gmon::write_on_crash(unsafe { &*rt.cast::<runtime::Runtime>() });
+            let rt = unsafe { &*rt.cast::<super::Runtime>() };
+            output::write_on_crash(&rt.config, &rt.exe);
         }
         // SAFETY: the crash stack is CRASH_STACK_BYTES of mapped memory nobody else uses (only
         // the first crash gets here); its top is passed.
@@ -184,7 +205,7 @@ extern "C" fn crash_yield(sig: c_int) {
 }
 
 guarded_entry! {
-    /// Called by the sigaction wrapper (src/interpose.c).
+    /// Called by the sigaction wrapper (interpose.c).
     #[unsafe(no_mangle)]
     pub fn instrfn_crash_hidden(sig: c_int, shown: *mut libc::sigaction) -> c_int => crash_hidden
 }

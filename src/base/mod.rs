@@ -1,0 +1,9 @@
+//! Pure helpers: fixed-capacity buffers, text for messages, name patterns, a hash. No system
+//! call, no global state, no allocation. Uses nothing else of the crate.
+
+pub mod buf;
+pub mod glob;
+pub mod text;
+
+pub use buf::StackBuf;
+pub use text::Bytes;
