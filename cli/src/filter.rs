@@ -89,7 +89,7 @@ impl Pattern {
 }
 
 /// The pattern syntax the runtime's INSTRFN_FILTER uses too: one file for both.
-#[path = "../../src/glob.rs"]
+#[path = "../../src/base/glob.rs"]
 mod glob;
 
 /// The filters, compiled, for one process.
