@@ -15,7 +15,7 @@ fn main() {
     let supported =
         os == "linux" && matches!(arch.as_str(), "x86_64" | "aarch64" | "riscv64" | "s390x");
     // instrfn_wrapped: libc and the unwinder are shared libraries (glibc, not linked with
-    // crt-static), whose entry points the runtime wraps (src/interpose.rs, src/runtime/interpose.c).
+    // crt-static), whose entry points the runtime wraps (src/runtime/interpose.rs, src/runtime/interpose.c).
     // Otherwise (musl, static glibc) they are linked into the program: nothing to wrap (the
     // wrappers' names would clash with the static unwinder's).
     let wrapped = supported && env == "gnu" && !static_libc;

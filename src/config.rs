@@ -24,9 +24,9 @@ pub struct Config {
     pub start: bool,
     /// Print a summary line each time gmon.out is written.
     pub verbose: bool,
-    /// Write the profile when the program crashes (src/crash.rs).
+    /// Write the profile when the program crashes (src/runtime/crash.rs).
     pub crash_write: bool,
-    /// INSTRFN_MODE=trace: entry/exit events instead of gmon.out (src/trace.rs).
+    /// INSTRFN_MODE=trace: entry/exit events instead of gmon.out (src/trace/).
     pub trace: bool,
     /// INSTRFN_OUTPUT: the trace directory.
     output: [u8; MAX_PREFIX],
@@ -45,7 +45,7 @@ pub struct Config {
     pub call_words: bool,
     /// INSTRFN_COLLECTOR_NICE: that thread's nice value, 0-19.
     pub collector_nice: u8,
-    /// INSTRFN_XRAY_STOP=pause: stopping leaves XRay sleds patched (src/xray.rs); `unpatch`
+    /// INSTRFN_XRAY_STOP=pause: stopping leaves XRay sleds patched (src/xray/); `unpatch`
     /// (false, the default) puts them back.
     pub xray_pause: bool,
     /// INSTRFN_DEPTH: trace mode records calls only this deep (0: all).
@@ -53,7 +53,7 @@ pub struct Config {
     /// INSTRFN_MIN_DURATION: trace mode drops calls shorter than this, in ns (0: none).
     pub min_duration_ns: u64,
     /// INSTRFN_FILTER / INSTRFN_EXCLUDE: comma-separated name patterns of the functions whose
-    /// XRay sleds are patched / left alone (src/xray.rs).
+    /// XRay sleds are patched / left alone (src/xray/).
     filter: [u8; MAX_PREFIX],
     filter_len: usize,
     exclude: [u8; MAX_PREFIX],
@@ -74,7 +74,7 @@ const MIN_BUFSIZE: usize = 4096;
 const MAX_BUFSIZE: usize = 1 << 30;
 pub const DEFAULT_DEPTH: usize = 4096;
 /// Exits are traced by default where the unwinder can be wrapped (glibc: it is libgcc_s,
-/// dynamic) or reads the exit trampoline's return pad's unwind info (asm/<arch>.s): libgcc
+/// dynamic) or reads the exit trampoline's return pad's unwind info (src/arch/<arch>/): libgcc
 /// linked into the program (glibc with crt-static, C++ with -static-libgcc) everywhere, LLVM's
 /// libunwind (musl) on x86_64. On the other architectures LLVM's libunwind does not restore
 /// the return address column that unwind info reads, so a musl program there records entries

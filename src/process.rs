@@ -12,7 +12,7 @@
 //!
 //! The tree is marked in the environment: the root's runtime, while it loads (an
 //! `.init_array` constructor, before `main`), sets `INSTRFN_TREE=<root pid>`, which its
-//! children inherit. The exec wrappers (src/interpose.c) pass `INSTRFN_TREE=<root
+//! children inherit. The exec wrappers (src/runtime/interpose.c) pass `INSTRFN_TREE=<root
 //! pid>:<pid>.<k>` to the image they start when this image has written a profile, so the next
 //! image of the pid numbers itself k. A child spawned with an environment of its own
 //! (posix_spawn, execve with an envp) gets the marker added by the wrappers.
@@ -140,7 +140,7 @@ pub fn spawn_marker(out: &mut StackBuf<64>) -> *const c_char {
     out.as_cstr().map_or(core::ptr::null(), |c| c.as_ptr())
 }
 
-/// This image's name in a trace directory: `<pid>.<k>` (src/trace.rs).
+/// This image's name in a trace directory: `<pid>.<k>` (src/trace/).
 pub fn image_name<const N: usize>(out: &mut StackBuf<N>) {
     init();
     // SAFETY: getpid has no preconditions.

@@ -5,7 +5,7 @@
  * (start-up and exit excluded: main and the timing code are not instrumented).
  *
  *   clang -O2 -fxray-instrument -fxray-instruction-threshold=1 -I instrfn-xray/c \
- *       scripts/bench/xray-crt-handler.c instrfn-xray/asm/x86_64.s \
+ *       scripts/bench/xray-crt-handler.c instrfn-xray/src/arch/x86_64/ \
  *       target/release/libinstrfn.a -lpthread -ldl -o /tmp/xch
  *   /tmp/xch nops N                            sleds left unpatched (nops)
  *   /tmp/xch empty N                           patched, an empty handler

@@ -42,7 +42,7 @@ instrfn_mode:
 instrfn_min_ticks:
     .quad 0
 
-# The slot hash multiplier (src/arcs.rs HASH_MUL), for the architectures that load it from memory
+# The slot hash multiplier (src/tables/arcs.rs HASH_MUL), for the architectures that load it from memory
 # rather than building a 64-bit immediate.
     .section .rodata
     .p2align 3
@@ -70,7 +70,7 @@ instrfn_all_signals:
     .hidden instrfn_trace_exit_slow
     .hidden instrfn_xray_slow
 
-# The runtime's load-time constructor and exit destructor (src/runtime.rs). Listed here, in
+# The runtime's load-time constructor and exit destructor (src/runtime/). Listed here, in
 # the object that also holds instrfn_tls (which every trampoline references), so no link
 # of the runtime (static archive, rlib, shared library) leaves them out.
     .section .init_array,"aw",%init_array
@@ -106,7 +106,7 @@ instrfn_all_signals:
     .hidden instrfn_debug_call_guarded
     .hidden instrfn_debug_clear_thread
 
-# What the exit trampolines' return pads' unwind info reads (asm/<arch>.s, through a pc-relative
+# What the exit trampolines' return pads' unwind info reads (src/arch/<arch>/, through a pc-relative
 # word before each pad): the address of the thread registry's head (until trace mode starts: of
 # the zero word, so an early walk finds no block), the bytes of one shadow stack mapping, and a
 # zero word (the return address of 0 where nothing is found). Set by src/arch/mod.rs

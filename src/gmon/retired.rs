@@ -6,7 +6,7 @@
 //! - added, at link-time addresses, to the profile of a later load of the same library file
 //!   (wherever it is mapped), so its profile covers every load.
 //!
-//! Only the writer touches this state, under its lock (src/gmon.rs), so it needs no
+//! Only the writer touches this state, under its lock (src/gmon/), so it needs no
 //! synchronisation of its own; its memory is mapped, never from the heap.
 
 use core::cell::UnsafeCell;
@@ -42,7 +42,7 @@ struct State {
 }
 
 struct Cell(UnsafeCell<State>);
-// SAFETY: accessed only by the writer, which holds the writer lock (src/gmon.rs).
+// SAFETY: accessed only by the writer, which holds the writer lock (src/gmon/).
 unsafe impl Sync for Cell {}
 
 static STATE: Cell = Cell(UnsafeCell::new(State {

@@ -5,7 +5,7 @@
  *
  * Plain C, compiled without instrumentation: it holds no logic of its own (but for the dlopen
  * route's look at the caller, which needs the loader's own answers). Each wrapper calls
- * the runtime (guarded entry points in src/runtime.rs, which hold the re-entry guard and block
+ * the runtime (guarded entry points in src/runtime/, which hold the re-entry guard and block
  * signals while they run) before and after the real function, found with dlsym(RTLD_NEXT) by
  * this file's constructor, at load, where that is safe. The wrappers themselves run with the
  * caller's signal mask, so an exec'd image inherits exactly the mask the program had.
@@ -23,7 +23,7 @@
  *                `module` lines written). The loader takes the calling object from the return
  *                address (its RPATH/RUNPATH for a name without a slash, its directory for
  *                $ORIGIN, its namespace, the new object's loader chain), so the exported
- *                names are routed jumps (src/interpose.rs): a route function below looks at
+ *                names are routed jumps (src/runtime/interpose.rs): a route function below looks at
  *                the arguments and the caller first, and the call goes on either to the
  *                wrapper, which calls the real function from this object, or — when that could
  *                change what the loader does (see same_for_caller), in gmon mode (nothing to
@@ -34,7 +34,7 @@
  *                noted at the next exit, exec, dlclose or instrfn_flush(), as before.
  *   _Unwind_RaiseException, _Unwind_Resume, _Unwind_Resume_or_Rethrow, _Unwind_ForcedUnwind
  *                (C++ throw, Rust panic and resume_unwind, pthread_exit/cancel): in trace mode the
- *                original return addresses go back into the frames first (src/trace.rs), so the
+ *                original return addresses go back into the frames first (src/trace/), so the
  *                unwinder walks the real stack; the next event closes the frames it removed.
  *   __cxa_begin_catch  a C++ catch handler starts: the frames the unwinder removed are closed
  *                now, the ones still alive get the exit trampoline again (so they are traced
@@ -46,7 +46,7 @@
  *                of type 0 or CLONE_NEWUSER), instrfn's collector thread (trace mode) is
  *                ended, the call made again, and the collector started again: the program
  *                gets the answer it would get without instrfn (tests/host.rs).
- *   sigaction    instrfn's crash handlers (src/crash.rs) are invisible to the program: asking
+ *   sigaction    instrfn's crash handlers (src/runtime/crash.rs) are invisible to the program: asking
  *                for SIGSEGV's action while instrfn's handler is installed shows the action
  *                before it (SIG_DFL), and setting one replaces instrfn's handler for good.
  *                Rust's std installs its stack-overflow handler only if it finds SIG_DFL.
@@ -72,7 +72,7 @@
 
 extern char **environ;
 
-/* The runtime (src/runtime.rs). */
+/* The runtime (src/runtime/). */
 void instrfn_exec_prepare(char *marker, size_t len);
 void instrfn_exec_failed(void);
 void instrfn_spawn_marker(char *marker, size_t len);
@@ -115,7 +115,7 @@ static dlclose_fn *real_dlclose;
  * constructor, from any thread. */
 static void *real_dlopen, *real_dlmopen;
 typedef int sigaction_fn(int, const struct sigaction *, struct sigaction *);
-/* Also used by the runtime for its own handlers (src/sys.rs). */
+/* Also used by the runtime for its own handlers (src/sys/). */
 HIDDEN sigaction_fn *instrfn_real_sigaction;
 
 __attribute__((constructor)) static void resolve(void) {
@@ -480,7 +480,7 @@ static int noted_call(Lmid_t lmid, const char *file, int mode, const void *calle
     return r;
 }
 
-/* The route functions of the exported dlopen and dlmopen (src/interpose.rs): called with the
+/* The route functions of the exported dlopen and dlmopen (src/runtime/interpose.rs): called with the
  * caller's arguments and return address, they return the function the call goes on to. */
 HIDDEN void *instrfn_c_dlopen_route(const char *file, int mode, uintptr_t unused, const void *caller) {
     (void)unused;

@@ -1,9 +1,9 @@
 //! The exported names of libc's process and loader entry points that instrfn wraps on glibc:
-//! naked functions that jump to the wrappers in src/interpose.c (a cdylib exports only symbols
+//! naked functions that jump to the wrappers in src/runtime/interpose.c (a cdylib exports only symbols
 //! rustc defines, and a naked function is never instrumented). The jump keeps every register
 //! and the stack as the caller left them, variadic arguments included.
 //!
-//! `dlopen` and `dlmopen` first ask a route function of src/interpose.c where to go, then jump
+//! `dlopen` and `dlmopen` first ask a route function of src/runtime/interpose.c where to go, then jump
 //! there with every argument register, the stack and the return address as the caller left
 //! them: the loader takes the object that called dlopen from that return address (its
 //! library search path, `$ORIGIN`, its namespace), so a call the wrapper cannot make on the
@@ -21,7 +21,7 @@ macro_rules! interposers {
         $(
             #[unsafe(naked)]
             #[unsafe(no_mangle)]
-            /// Wraps libc's function of this name (src/interpose.c).
+            /// Wraps libc's function of this name (src/runtime/interpose.c).
             pub unsafe extern "C" fn $name() {
                 tail_call!($c)
             }
@@ -29,7 +29,7 @@ macro_rules! interposers {
         $(
             #[unsafe(naked)]
             #[unsafe(no_mangle)]
-            /// Wraps libc's function of this name (src/interpose.c): continues at the function
+            /// Wraps libc's function of this name (src/runtime/interpose.c): continues at the function
             /// the route chooses, called as if from the original caller.
             pub unsafe extern "C" fn $rname() {
                 routed_jump!($route)

@@ -7,7 +7,7 @@ use super::raw::syscall;
 
 #[cfg(instrfn_wrapped)]
 unsafe extern "C" {
-    /// libc's own sigaction (src/interpose.c wraps the exported name), or null before that
+    /// libc's own sigaction (src/runtime/interpose.c wraps the exported name), or null before that
     /// file's constructor has run.
     static instrfn_real_sigaction:
         Option<unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int>;

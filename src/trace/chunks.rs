@@ -62,7 +62,7 @@ pub fn set_full(errno: i32) {
 
 /// Allocates and maps a new chunk of the staging file with every page faulted in writable, so
 /// that writing it never faults (nor can a full disk turn into a SIGBUS: the blocks exist
-/// first). Chunks are made only when none is free to reuse (src/collector.rs), so the staging
+/// first). Chunks are made only when none is free to reuse (src/trace/collector.rs), so the staging
 /// file grows to the chunks in use at once, not with the trace. Raw system calls only: the
 /// collector runs this too. Returns the mapping, or None if there is none (the disk is full:
 /// why is kept for [`say_full`] to say).

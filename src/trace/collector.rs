@@ -2,9 +2,9 @@
 //! fill them, and commits the full ones, so that a thread's chunk switch is a pointer swap.
 //!
 //! Why: a fresh chunk is fresh page cache. Allocating, zeroing and mapping it costs more than
-//! the events written into it — measured here (scripts/bench/pagecache.c), 27 ns (ext4) per
-//! 32 bytes, i.e. per traced call, against about 1.1 ns for writing the same bytes into pages
-//! that are already mapped and 5.4 ns more for `pwrite`-ing them out. So threads write into
+//! the events written into it (scripts/bench/pagecache.c measures it: docs/performance.md),
+//! while writing into pages already mapped, then `pwrite`-ing them out, costs a few ns per
+//! call. So threads write into
 //! chunks of a *staging file* that are mapped once and reused: when a thread's chunk is full
 //! it takes a ready one from a small pool (one atomic swap), wakes the collector (futex) and
 //! goes on; the collector copies the full chunk to the events file with `pwrite`
@@ -17,10 +17,9 @@
 //!
 //! The thread is made with a raw `clone` (the flags of a pthread, all signals blocked), not
 //! `pthread_create`: trace mode starts at the program's first instrumented call, which may be
-//! in a signal handler, where pthread_create (it allocates) could deadlock. So libc does not know the thread: it runs
-//! only code of this module and chunks.rs, with
-//! raw system calls (never errno, never thread-local storage — its thread pointer is its
-//! creator's). It never exits: the process's exit (or exec) ends it; a fork child starts its
+//! in a signal handler, where pthread_create (it allocates) could deadlock. So libc does not
+//! know the thread: it runs only code of this module and chunks.rs, with raw system calls
+//! (never errno, never thread-local storage: its thread pointer is its creator's). It never exits: the process's exit (or exec) ends it; a fork child starts its
 //! own. INSTRFN_COLLECTOR=off keeps the process at the threads the program made.
 
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -164,7 +163,7 @@ pub fn start() {
 }
 
 /// Ends the collector thread, for a system call that needs the process to be one thread
-/// (`unshare(CLONE_NEWUSER)`, `setns` into a user namespace: src/interpose.c), and waits until
+/// (`unshare(CLONE_NEWUSER)`, `setns` into a user namespace: src/runtime/interpose.c), and waits until
 /// the kernel has removed it from the thread group. Returns whether there was one and it is
 /// gone (then [`resume`] starts it again); false if there was none, or it did not go within
 /// two seconds. Meanwhile the threads commit their own chunks, as without a collector.
@@ -275,10 +274,8 @@ extern "C" fn collector_main(_: usize) -> ! {
     // displaced theirs, with context switches on top. Starved, it lets the pool run dry and
     // the threads prepare and commit their own chunks (as with INSTRFN_COLLECTOR=off); nothing
     // ever waits for it, and unlike SCHED_IDLE it keeps a share (weight 15 against 1024) for
-    // the chunks it holds. Measured (threads.c -pg, 2 threads x 2M iterations on 2 CPUs, 15
-    // interleaved runs each): 32.6 -> 30.8 ns per call median, best 31.4 -> 27.5; one thread
-    // unchanged (22.4, 22.5). Lowering one's own priority needs no privilege; if it fails the
-    // collector runs as it is.
+    // the chunks it holds (docs/performance.md has the measurement). Lowering one's own
+    // priority needs no privilege; if it fails the collector runs as it is.
     // SAFETY: setpriority(PRIO_PROCESS, 0: this thread, nice) reads nothing of ours.
     unsafe {
         syscall(
@@ -464,11 +461,9 @@ fn commit_retired() {
 /// written. The collector and threads that found the pool empty ([`commit_one_retired`]) look
 /// at the slots at once, and the one that takes a chunk may commit and unmap it: so the slot
 /// is taken (CLAIMED) before the chunk is read, and given back if an event in it is still on
-/// its way. Scanning a chunk it had only loaded the address of, a thread read pages another
-/// had just unmapped (SIGSEGV, s390x under qemu, about one run in 20 of 4 threads filling
-/// 4 KiB chunks); its end could also have been a later retirement's of the same, recycled
-/// chunk. Claimed, the slot is skipped by retiring threads (they take free ones) and by other
-/// scanners.
+/// its way. Without the claim, a scanner could read pages another had just unmapped, or pair
+/// a recycled chunk with an older retirement's end. Claimed, the slot is skipped by retiring
+/// threads (they take free ones) and by other scanners.
 fn take_written((r, e): (&AtomicUsize, &AtomicUsize)) -> Option<usize> {
     let base = r.load(Ordering::Relaxed);
     if base <= CLAIMED

@@ -109,8 +109,8 @@ pub fn keep_from_call_words(tls: &mut Tls) {
 
 /// Hands the chunk at `base` (0: none), whose events end at `end`, to the collector, unless
 /// this thread's `trace_pin` holds it: an exit trampoline that the running code (a signal
-/// handler) interrupted is about to store a call word into it (MERGE_CALL in asm/x86_64.s,
-/// asm/aarch64.s and asm/riscv64.s, S390_MERGE in asm/s390x.s).
+/// handler) interrupted is about to store a call word into it (MERGE_CALL in src/arch/x86_64/,
+/// src/arch/aarch64/ and src/arch/riscv64/, S390_MERGE in src/arch/s390x/).
 /// Such a chunk waits in the block's `pinned` until a later call finds the pin gone. At most
 /// one chunk is pinned at a time.
 pub fn retire_chunk(tls: &Tls, t: &BlockTrace, base: usize, end: usize) {

@@ -53,7 +53,7 @@ pub fn note_modules() {
     module_lines();
 }
 
-/// After a dlopen that loaded objects (src/runtime.rs `module_opened`, trace mode): their
+/// After a dlopen that loaded objects (src/runtime/ `module_opened`, trace mode): their
 /// XRay sleds are patched before it returns (waiting for another thread that is patching), and
 /// their `module` lines written if the trace has started (else start-up writes them).
 pub fn note_opened() {

@@ -72,7 +72,7 @@ pub fn configure_filters(depth: usize, min_ns: u64, call_words: bool) {
 /// (at start-up, only when INSTRFN_MIN_DURATION asks: the threshold is that precise). Each end
 /// is a [`counter_at_monotonic`] pair: a thread preempted between a clock and a counter read (a
 /// loaded machine, an emulator) would otherwise make the rate, and the threshold, several times
-/// too large (seen under qemu: 10 ms calls left out at a 5 ms threshold).
+/// too large.
 fn ns_to_ticks(ns: u64) -> u64 {
     let (c0, m0) = counter_at_monotonic();
     while sys::monotonic_ns() - m0 < 2_000_000 {}
@@ -240,7 +240,7 @@ pub fn thread_started(tls: &mut Tls, block: &ThreadBlock) {
     }
     // Entries a previous owner left (an orphaned block: its thread's exit was never
     // reported) are cleared: free entries have slot 0 (SHADOW_RESERVE; the return pads' unwind
-    // info stops at the first one, asm/<arch>.s).
+    // info stops at the first one, src/arch/<arch>/).
     let mut e = shadow;
     while shadow != 0 && e < shadow + depth * SH_BYTES {
         // SAFETY: an entry of the block's shadow mapping, which this thread now owns.

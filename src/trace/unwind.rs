@@ -6,7 +6,7 @@ use super::chunks::active;
 use super::shadow::*;
 use crate::{abi, arch, thread};
 
-/// Before an unwinder walks this thread's stack (src/interpose.c: _Unwind_RaiseException and
+/// Before an unwinder walks this thread's stack (src/runtime/interpose.c: _Unwind_RaiseException and
 /// its siblings, backtrace): the original return addresses go back; the next event fixes up
 /// the shadow stack (closes what the unwinder removed, re-replaces what it left).
 extern "C" fn unwind_begin() {
@@ -21,7 +21,7 @@ extern "C" fn unwind_begin() {
     }
 }
 
-/// Before a backtrace walks this thread's stack (src/interpose.c: _Unwind_Backtrace,
+/// Before a backtrace walks this thread's stack (src/runtime/interpose.c: _Unwind_Backtrace,
 /// backtrace): the original return addresses go back, and stay there until it is done (the
 /// walk's callbacks may make instrumented calls: those are traced, deeper than every walked
 /// frame, and leave the walked ones alone).
@@ -63,7 +63,7 @@ extern "C" fn unwind_looked() {
     }
 }
 
-/// A catch handler starts (src/interpose.c, __cxa_begin_catch), in the function whose stack
+/// A catch handler starts (src/runtime/interpose.c, __cxa_begin_catch), in the function whose stack
 /// pointer is `boundary`: the frames below it are gone (closed now), the ones above are alive
 /// (the exit trampoline goes back into them).
 extern "C" fn unwind_caught(boundary: usize) {

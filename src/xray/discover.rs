@@ -42,7 +42,7 @@ pub fn discover(m: &Module, lo: usize) -> Object {
     let Some(elf) = Elf::open(path) else {
         return o;
     };
-    // An object that links instrfn-xray's handler (instrfn-xray/asm/x86_64.s keeps its table in
+    // An object that links instrfn-xray's handler (instrfn-xray/src/arch/x86_64/ keeps its table in
     // a section of this name) has compiler-rt patch its sleds with that handler: two patchers
     // would fight over them (whether this runtime is the one linked there or a preloaded one).
     if elf.find(CRT_ROUTE_SECTION).is_some() {

@@ -247,7 +247,7 @@ pub fn set_wanted(on: bool) {
     }
 }
 
-/// Trace mode records entries only after all (a hardware shadow stack, src/trace.rs): the
+/// Trace mode records entries only after all (a hardware shadow stack, src/trace/): the
 /// exit and tail sleds go back.
 pub fn exits_off() {
     if !ENABLED.load(Ordering::Relaxed) || !EXITS.swap(false, Ordering::Relaxed) {
@@ -270,7 +270,7 @@ pub fn disable() {
 }
 
 /// Looks at every loaded object not seen yet: finds its sleds and patches the chosen ones if
-/// recording is on. At load, and wherever trace mode notes new objects (src/trace.rs
+/// recording is on. At load, and wherever trace mode notes new objects (src/trace/
 /// `note_modules`: exit, exec, dlclose, `instrfn_flush`). Skipped if another thread is at it
 /// (or this one, interrupted: a crash handler).
 pub fn note_objects() {
@@ -278,7 +278,7 @@ pub fn note_objects() {
 }
 
 /// [`note_objects`], waiting for another thread that is at it: after a dlopen, whose objects
-/// must be patched before it returns (src/runtime.rs `module_opened`; signals blocked, so
+/// must be patched before it returns (src/runtime/ `module_opened`; signals blocked, so
 /// nothing that holds the lock on this thread can be interrupted by it).
 pub fn note_objects_waiting() {
     note(true);

@@ -9,7 +9,7 @@ use super::*;
 /// PROT_EXEC) where that does not work.
 pub struct Writer {
     pub mem: i32,
-    /// What `mem` was opened as (src/tracefile.rs: the program may close any descriptor
+    /// What `mem` was opened as (src/trace/files.rs: the program may close any descriptor
     /// and reuse its number for a file of its own, which a pwrite at a code address would
     /// damage; it is checked before each write).
     pub mem_id: (u64, u64),

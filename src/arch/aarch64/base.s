@@ -1,8 +1,8 @@
 // instrfn trampolines for aarch64 Linux (AAPCS64), GNU as syntax.
 //
-// Same plan, symbols, layouts (Tls, ArcTable, Slot) and hash as asm/x86_64.s, the annotated
+// Same plan, symbols, layouts (Tls, ArcTable, Slot) and hash as src/arch/x86_64/, the annotated
 // reference; this file documents only how aarch64 differs. It is assembled by LLVM as one
-// `global_asm!` block from src/arch/aarch64.rs, followed by asm/aarch64-xray.s (which uses the
+// `global_asm!` block from src/arch/aarch64/mod.rs, followed by src/arch/aarch64/xray.s (which uses the
 // macros TLS_ADDR, TRACE_EVENT, SHADOW_RESERVE and SHADOW_RELEASE defined here); braces would
 // be format placeholders, so none appear here; the exported names are naked functions there
 // that branch into it.
@@ -27,12 +27,12 @@
 // path saves q0-q31 whole (AAPCS64 keeps only the low halves of v8-v15 across the Rust call),
 // or, where the CPU has SVE, z0-z31 and p0-p15 whole (see SAVE_VECTORS).
 //
-// Shared layouts are the `{{NAME}}` operands of trampoline_asm! (asm/x86_64.s lists them all):
+// Shared layouts are the `{{NAME}}` operands of trampoline_asm! (src/arch/x86_64/ lists them all):
 // Tls {TLS_TABLE} table, {TLS_GUARD} guard; ArcTable {TBL_MASK} mask, {TBL_LEN} len, {TBL_LIMIT} limit,
 // {TBL_SHIFT} shift, {TBL_LAST} last, {TBL_LOST} lost; slots of {SLOT_SIZE} (= 1 << {SLOT_SHIFT}) bytes with self_pc at
 // {SLOT_SELF} and from_pc right after it at {SLOT_FROM} (one ldp loads both), count at {SLOT_COUNT}; the hash
-// multiplier {HASH_MUL} is loaded from instrfn_hash_mul (asm/data.s).
-// Trace mode (src/trace.rs) adds: Tls {TLS_TRACE_POS} trace_pos and {TLS_TRACE_END} trace_end, {TLS_SHADOW_TOP} shadow_top,
+// multiplier {HASH_MUL} is loaded from instrfn_hash_mul (src/abi/data.s).
+// Trace mode (src/trace/) adds: Tls {TLS_TRACE_POS} trace_pos and {TLS_TRACE_END} trace_end, {TLS_SHADOW_TOP} shadow_top,
 // {TLS_SHADOW_END} shadow_end, {TLS_SHADOW_BASE} shadow_base, {TLS_UNWOUND} unwound, {TLS_ENTRY_ONLY} entry_only, {TLS_DROPPED} dropped; shadow entries of
 // {SH_BYTES} bytes: {SH_RET} the original return address, {SH_SLOT} the return slot, {SH_FN} the function
 // and, aarch64's own use of the spare word, {SH_FP} the frame pointer the function will return
@@ -73,7 +73,7 @@
 //   from AT_HWCAP (instrfn_aarch64_sve, set by the load-time constructor).
 // - System calls: `svc #0` with the number in x8 (rt_sigprocmask = 135); only x0 changes.
 //
-// Trace mode on aarch64 (src/arch/aarch64.rs has the Rust side):
+// Trace mode on aarch64 (src/arch/aarch64/mod.rs has the Rust side):
 // - The return slot is the frame record's saved x30, [x29, #8]: the epilogue reloads x30 from
 //   there (`ldp x29, x30, [sp], #N; ret`).
 // - Pointer authentication: a function built with -mbranch-protection=pac-ret signs x30
@@ -82,13 +82,13 @@
 //   traced entry-only (EV_NOEXIT). Whether a function signs is not told reliably by the saved
 //   value (ret != xpaclri(ret)): Linux user pointers have 7 PAC bits, so 1 signed return
 //   address in 128 carries a zero PAC and looks unsigned. It is decided once per call site
-//   from the prologue before the `bl` (src/arch/aarch64.rs `classify`, which also requires a
+//   from the prologue before the `bl` (src/arch/aarch64/mod.rs `classify`, which also requires a
 //   frame record no deeper than a signal frame below the CFA), kept in the call-site table
 //   instrfn_aarch64_sites; a call site not yet in the table takes the slow path. A
 //   signed-looking value is entry-only whatever the table says. (Signing the trampoline's
 //   address with the function's key and modifier instead would be possible where the
 //   classifier follows the prologue, which tells the CFA: sp at the call plus what the
-//   prologue moved it. But src/trace.rs compares slots with, and writes into them, the one
+//   prologue moved it. But src/trace/ compares slots with, and writes into them, the one
 //   unsigned trampoline address, when it puts the original addresses back for an unwinder and
 //   re-arms the frames after it: that needs a per-entry replacement value first.)
 // - The exit trampoline cannot find the slot from sp (the frame record's place in the frame
@@ -96,9 +96,9 @@
 //   function will return with (the saved x29 of its frame record): the newest entry is the
 //   returning frame's if that matches x29 (and its slot lies below sp, the function's CFA).
 // - A return slot that already holds the trampoline belongs to a tail call: the slow path
-//   ends the tail-calling function there (src/arch/aarch64.rs `tail_call`).
+//   ends the tail-calling function there (src/arch/aarch64/mod.rs `tail_call`).
 
-    // Shared data (instrfn_tls, instrfn_enabled, instrfn_all_signals) is in asm/data.s.
+    // Shared data (instrfn_tls, instrfn_enabled, instrfn_all_signals) is in src/abi/data.s.
 
     .arch_extension sve
 

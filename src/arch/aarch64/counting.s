@@ -1,5 +1,5 @@
-// instrfn trampolines for aarch64: Counting calls: the fast path of every entry point (_mcount, mcount,
-// __cyg_profile_func_enter/exit) in gmon and trace mode, and the slow routines.
+// instrfn trampolines for aarch64, counting calls: the fast path of every entry point (_mcount,
+// mcount, __cyg_profile_func_enter/exit) in gmon and trace mode, and the slow routines.
 
 // FAST_PATH name, kind, self
 //   kind hijack (_mcount, mcount): \self = x30 = self_pc, the return address into the
@@ -151,7 +151,7 @@ instrfn_aarch64_\name:
     //   above it), and its slot is written last, after the original return address, the
     //   function and the frame pointer: a free entry's slot is 0 (every pop zeroes it), and 0
     //   tells a handler's slow path, and the unwinder wrappers, that the entry is still being
-    //   pushed (alive, nothing replaced yet: src/trace.rs `in_progress`);
+    //   pushed (alive, nothing replaced yet: src/trace/ `in_progress`);
     // - the event is reserved with a compare-and-swap of trace_pos against the room checked
     //   just before (see the header), retried if a handler moved it: so it is never reserved
     //   past its chunk's end, and never left unwritten (a hole, where a reader stops reading

@@ -1,8 +1,8 @@
-// instrfn trampolines for aarch64: Trace events: the signal-safe reservations and event writes every trace fast path
-// uses, call words, shadow-stack reservation. Assembled after base.s.
+// instrfn trampolines for aarch64, trace events: the signal-safe reservations and event writes
+// every trace fast path uses, call words, shadow-stack reservation. Assembled after base.s.
 
 // Trace mode's signal-safe reservations, shared by the trampolines here and the XRay ones
-// (asm/aarch64-xray.s, assembled after this file in the same block). `again` is a numeric
+// (src/arch/aarch64/xray.s, assembled after this file in the same block). `again` is a numeric
 // label each macro defines at its loop head; `status` is a W register; every operand a
 // distinct register unless said otherwise.
 //
@@ -38,7 +38,7 @@
 
 // EVENT again, tls, pos, next, end, word, ts, fn, kind, full and EVENT_K (kind in a
 //   register): reserves this thread's next event and writes it, a compact one
-//   (docs/trace-format.md, chunk version 2; asm/x86_64.s TRACE_EVENT is the reference): short
+//   (docs/trace-format.md, chunk version 2; src/arch/x86_64/ TRACE_EVENT is the reference): short
 //   (8 bytes: (fn - code base) << 32 | (ts - time base) << 2 | kind) for an entry or an exit
 //   (kind {EV_ENTRY} or {EV_EXIT}) with fn - code base < 2^32 and ts - time base < 2^30,
 //   against the Tls copies of the chunk's bases, read after trace_pos and before the
@@ -123,7 +123,7 @@
 // MERGE_CALL tls, fn, ts, a, b, c, d, done, label: an exit told together with its entry in
 //   one word, a call word (docs/trace-format.md, chunk version 3), where the entry is the
 //   thread's newest event, a short one of fn (the call recorded nothing inside it), and the
-//   word can hold the entry's time, the call's length and fn (asm/x86_64.s MERGE_CALL is the
+//   word can hold the entry's time, the call's length and fn (src/arch/x86_64/ MERGE_CALL is the
 //   reference: the same checks, and why the pin makes it safe with signal handlers; here, too,
 //   a handler runs on this thread, so it sees this code's stores in program order, and the
 //   collector sees the chunk only after its retirement, a release, which the pin keeps from

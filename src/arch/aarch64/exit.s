@@ -1,5 +1,6 @@
-// instrfn trampolines for aarch64: The exit trampoline of trace mode: where an instrumented function returns to when its
-// return address was replaced, its return pad and its unwind information.
+// instrfn trampolines for aarch64, the exit trampoline of trace mode: where an instrumented
+// function returns to when its return address was replaced, its return pad and its unwind
+// information.
 
 // instrfn_aarch64_exit: where an instrumented function returns to in trace mode.
 //   Entry (by the function's ret): sp = the function's CFA, x29 = the frame pointer it
@@ -30,11 +31,11 @@
 //   the real caller (tests/fixtures/c/bpsweep.c checks it at every instruction of the fast
 //   path). Before that, and in the slow part, the return address is marked undefined: an
 //   unwinder that gets here stops (the unwinder entry points are wrapped to put the real return
-//   addresses back first, src/interpose.c, but the returning frame's is not on the stack).
+//   addresses back first, src/runtime/interpose.c, but the returning frame's is not on the stack).
 //   A return address that points at the label (a replaced one, met by an unwinder linked into
 //   the program, which no wrapper reaches: C++ with -static-libgcc) is looked up as address - 1:
 //   the nop before the label, instrfn_aarch64_return_pad, whose FDE describes a frame between
-//   the returning function and its caller, as x86_64's (asm/x86_64.s): the caller's sp is sp,
+//   the returning function and its caller, as x86_64's (src/arch/x86_64/): the caller's sp is sp,
 //   the frame's own CFA sp + 16, and the caller's return address the `ret` word of the newest
 //   shadow entry whose frame pointer (SH_FP) is x29, found by a DWARF expression
 //   (scripts/return-pad-cfi.py aarch64) that takes its own pc from x30 (libgcc restores the
@@ -42,7 +43,7 @@
 //   where aarch64 exits are traced by default), and from the pc-relative word before the pad
 //   the registry instrfn_registry.
 // RETURN_ADDRESS_IN_ENTRY: CFI, the caller's return address (x30) is saved at [x9 + SH_RET]:
-//   DW_CFA_expression x30, DW_OP_breg9 SH_RET (a one-byte SLEB128: src/trace.rs asserts it).
+//   DW_CFA_expression x30, DW_OP_breg9 SH_RET (a one-byte SLEB128: src/trace/ asserts it).
     .macro RETURN_ADDRESS_IN_ENTRY
     .cfi_escape 0x10, 30, 2, 0x79, {SH_RET}
     .endm
@@ -113,7 +114,7 @@ instrfn_aarch64_exit_ours:
     ret
     RETURN_ADDRESS_IN_ENTRY                 // (below: x9 = the entry, as above)
 .Lexit_short:
-    // INSTRFN_MIN_DURATION (asm/x86_64.s .Lexit_short): a call shorter than instrfn_min_ticks
+    // INSTRFN_MIN_DURATION (src/arch/x86_64/ .Lexit_short): a call shorter than instrfn_min_ticks
     // whose entry is still the thread's newest event (its callees, if any, were short too and
     // taken back already) leaves no events: its entry is taken back. The exit event (here
     // always a long one) is reserved first, as always: while its first word is 0 the chunk is

@@ -1,5 +1,6 @@
-// instrfn trampolines for aarch64: Ways into the runtime: the guarded routine every Rust entry point runs through, this
-// thread's Tls and call-site class, a call on another stack, the call-site table.
+// instrfn trampolines for aarch64, ways into the runtime: the guarded routine every Rust entry
+// point runs through, this thread's Tls and call-site class, a call on another stack, the call-
+// site table.
 
 // instrfn_aarch64_guarded: run a runtime entry point with this thread's guard held and all
 //   signals blocked (as on x86_64, also when called from a signal handler).
@@ -85,7 +86,7 @@ instrfn_tls_get:
     .cfi_endproc
     .size instrfn_tls_get, .-instrfn_tls_get
 
-// instrfn_call_on_stack(f = x0, arg = x1, top = x2): as on x86_64 (asm/x86_64.s); x29 holds
+// instrfn_call_on_stack(f = x0, arg = x1, top = x2): as on x86_64 (src/arch/x86_64/); x29 holds
 //   the caller's stack pointer.
     .p2align 4
     .globl instrfn_call_on_stack
@@ -115,7 +116,7 @@ instrfn_call_on_stack:
     .size instrfn_call_on_stack, .-instrfn_call_on_stack
 
 // instrfn_aarch64_class_get: x0 = address of this thread's call-site class word, which the
-//   trace slow path sets for `replaceable` (src/arch/aarch64.rs) while it records one call.
+//   trace slow path sets for `replaceable` (src/arch/aarch64/mod.rs) while it records one call.
 //   Clobbers x16 only.
     .p2align 4
     .globl instrfn_aarch64_class_get

@@ -2,7 +2,7 @@
 //! instrumented function's return address) and x30 = self_pc; `mcount` is the same entry.
 //! There is no `__fentry__` on aarch64. `__cyg_profile_func_enter/exit` serve
 //! `-finstrument-functions` code. The routines and their register contracts are in
-//! `asm/aarch64.s`; this file has the Rust side of trace mode: which call sites may have their
+//! `src/arch/aarch64/`; this file has the Rust side of trace mode: which call sites may have their
 //! return address replaced (pointer authentication), tail calls, and the exit trampoline's
 //! slow path.
 
@@ -20,7 +20,7 @@ pub const SH_FP: usize = 24;
 const _: () = assert!(SH_RET + 8 == SH_SLOT && SH_FN + 8 == SH_FP && SH_FP + 8 == SH_BYTES);
 const _: () = assert!(SH_RET == 0 && SH_FN == 16);
 
-/// The call-site table (asm/aarch64.s `instrfn_aarch64_sites`): 1 << SITE_BITS words, each
+/// The call-site table (src/arch/aarch64/ `instrfn_aarch64_sites`): 1 << SITE_BITS words, each
 /// `self_pc | class`, indexed by bits 2.. of `self_pc ^ (self_pc >> SITE_SHIFT)`.
 const SITE_BITS: u32 = 12;
 const SITE_SHIFT: u32 = SITE_BITS + 2;
@@ -30,8 +30,8 @@ const SITE_PLAIN: usize = 1;
 /// entries only.
 const SITE_ENTRY_ONLY: usize = 2;
 
-// The trampolines, then the XRay trampolines (src/xray.rs patches sleds to reach them), as one
-// block: asm/aarch64-xray.s uses asm/aarch64.s's macros (TLS_ADDR, TRACE_EVENT, SHADOW_RESERVE,
+// The trampolines, then the XRay trampolines (src/xray/ patches sleds to reach them), as one
+// block: src/arch/aarch64/xray.s uses src/arch/aarch64/'s macros (TLS_ADDR, TRACE_EVENT, SHADOW_RESERVE,
 // SHADOW_RELEASE) and this one operand list.
 trampoline_asm!("base.s" + "events.s" + "counting.s" + "exit.s" + "guarded.s" + "xray.s";
     TLS_ENTRY_ONLY = const core::mem::offset_of!(crate::abi::Tls, entry_only),
@@ -52,7 +52,7 @@ entry_point! {
     /// `_mcount`: called by `gcc -pg`, `clang -pg` and rustc `-Zinstrument-mcount` code after
     /// the prologue. ABI here: x30 = self_pc, from_pc in the frame record at x29; x0, x16, x17
     /// and the flags are clobbered, every other register preserved (see `FAST_PATH` in
-    /// asm/aarch64.s).
+    /// src/arch/aarch64/).
     _mcount => "b instrfn_aarch64_mcount"
 }
 entry_point! {
@@ -72,7 +72,7 @@ entry_point! {
 
 /// The body of a naked function that continues at `$f` with every register as it came (a
 /// linker veneer on the `b` may use x16/x17, as for any call).
-#[allow(unused_macros)] // only glibc targets have wrappers (src/interpose.rs)
+#[allow(unused_macros)] // only glibc targets have wrappers (src/runtime/interpose.rs)
 macro_rules! tail_call {
     ($f:path) => {
         naked!(".cfi_startproc", "b {f}", ".cfi_endproc", f = sym $f)
@@ -82,9 +82,9 @@ macro_rules! tail_call {
 /// The body of a naked function that asks `$route(x0, x1, x2, return address)` where to go (an
 /// ordinary call), then continues at the function it returns with every argument register, the
 /// stack, x29 and x30 as the caller left them: the function it jumps to sees the original
-/// caller (the dlopen wrappers, src/interpose.c). The jump is a `br x16`, which a `bti c`
+/// caller (the dlopen wrappers, src/runtime/interpose.c). The jump is a `br x16`, which a `bti c`
 /// landing pad accepts.
-#[allow(unused_macros)] // only glibc targets have wrappers (src/interpose.rs)
+#[allow(unused_macros)] // only glibc targets have wrappers (src/runtime/interpose.rs)
 macro_rules! routed_jump {
     ($route:path) => {
         naked!(
@@ -164,7 +164,7 @@ unsafe extern "C" {
 
 /// The address an instrumented function returns to in trace mode.
 /// A second word that holds a replaced return address for a while (none here: see
-/// asm/s390x.s's [`second_slot`](crate::arch::second_slot)).
+/// src/arch/s390x/'s [`second_slot`](crate::arch::second_slot)).
 pub fn second_slot(_slot: usize) -> Option<usize> {
     None
 }
@@ -174,8 +174,8 @@ pub fn exit_trampoline() -> usize {
 }
 
 /// Whether the exit trampoline takes back the entries of calls shorter than
-/// INSTRFN_MIN_DURATION (asm/aarch64.s `.Lexit_short`; the threshold is set by
-/// [`set_min_ticks`](crate::arch::set_min_ticks)).
+/// INSTRFN_MIN_DURATION (src/arch/aarch64/ `.Lexit_short`; the threshold is set by
+/// [`set_min_ticks`](crate::abi::set_min_ticks)).
 pub const MIN_DURATION_SUPPORTED: bool = true;
 
 /// Whether trace mode may replace the return address `ret` with the exit trampoline (else the
@@ -238,7 +238,7 @@ pub fn site_class(self_pc: usize) -> usize {
     class
 }
 
-/// Load-time constructor (asm/aarch64.s .init_array): whether the slow paths must save the SVE
+/// Load-time constructor (src/arch/aarch64/ .init_array): whether the slow paths must save the SVE
 /// state (AT_HWCAP's HWCAP_SVE).
 #[unsafe(no_mangle)]
 extern "C" fn instrfn_aarch64_init() {

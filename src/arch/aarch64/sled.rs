@@ -7,9 +7,9 @@
 //! (in x16) below sp, loads the object's table into x0 and branches to the trampoline, which
 //! puts x0, x30 and sp back itself and branches (`br x16`) to the `bti j` (a landing pad
 //! where BTI is on, a nop elsewhere). No instruction of the sled moves sp or loses x30, so
-//! the function's own unwind information holds at each of them (compiler-rt's form, and
-//! this one before, pushed the pair in the sled: an unwinder that started between the push
-//! and the pop computed the function's frame 16 bytes off). Words
+//! the function's own unwind information holds at each of them (compiler-rt's form pushes the
+//! pair in the sled: an unwinder that starts between the push and the pop computes the
+//! function's frame 16 bytes off). Words
 //! 1..7 are written first (the original `b #32` skips them), then word 0 alone: `b #32` <->
 //! `nop`, the one store unpatching makes too. B and NOP are among the instructions the
 //! architecture lets one thread replace with each other while another executes them (Arm
@@ -109,7 +109,7 @@ pub fn trampolines() -> [usize; 3] {
 /// Unwind info for the stubs at [code, code + len) (`STUB_BYTES` each), in `.eh_frame`
 /// form for `__register_frame` (one CIE, an FDE per stub over its four instructions, the
 /// zero terminator), so that a walk from inside a stub (a signal handler that interrupted
-/// it) goes on: as the trampolines' own CFI does (asm/aarch64-xray.s), it gives the
+/// it) goes on: as the trampolines' own CFI does (src/arch/aarch64/xray.s), it gives the
 /// function's return address — in x16 before the stub's `stp`, at CFA - 8 after it, the
 /// CFA then sp + 16 — as this frame's, so the walk goes from the stub to the function's
 /// caller (the function, at its sled, has no frame of its own yet, or no more).

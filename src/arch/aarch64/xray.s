@@ -1,11 +1,11 @@
 // instrfn XRay trampolines for aarch64 Linux (AAPCS64): where patched XRay sleds lead
-// (src/xray.rs patches them). asm/x86_64-xray.s is the reference: these follow its protocol
+// (src/xray/ patches them). src/arch/x86_64/xray.s is the reference: these follow its protocol
 // exactly (what each fast path writes, when it hands over to the slow path), with
-// asm/aarch64.s's signal-safe reservations. Assembled by src/arch/aarch64.rs in one
-// global_asm! block after asm/aarch64.s, whose operands and macros (TLS_ADDR, TRACE_EVENT,
+// src/arch/aarch64/'s signal-safe reservations. Assembled by src/arch/aarch64/mod.rs in one
+// global_asm! block after src/arch/aarch64/, whose operands and macros (TLS_ADDR, TRACE_EVENT,
 // SHADOW_RESERVE, SHADOW_RELEASE) this file uses: its header lists the operands.
 //
-// A patched sled (src/xray.rs): nop ; mov x16, x30 ; movz w17, #id_lo ; movk w17, #id_hi,
+// A patched sled (src/xray/): nop ; mov x16, x30 ; movz w17, #id_lo ; movk w17, #id_hi,
 // lsl #16 ; bl <stub> ; bti j ; nop ; nop. The stub saves x0 and x16 (the function's x30)
 // below sp (stp x0, x16, [sp, #-16]!), loads the object's id -> address table into x0 and
 // branches here. So on entry: x0 = table, w17 = id (x17 zero-extended), x16 = the
@@ -32,12 +32,12 @@
 // Linux enforces for sp-based accesses). There is no red zone on AAPCS64 Linux — a signal
 // frame may be written anywhere below sp at any time — so nothing is kept below sp. They never
 // touch FP/SIMD/SVE state, FPCR or FPSR; everything else (the slow path) goes through
-// instrfn_aarch64_slow (asm/aarch64.s), which saves every register but x16/x17 (x1-x15,
+// instrfn_aarch64_slow (src/arch/aarch64/), which saves every register but x16/x17 (x1-x15,
 // x18-x30, q0-q31 or the SVE state, FPCR, FPSR) and blocks every signal.
 // Frame while pushed: [sp] x1, x2; [sp + 16] x3, x4; [sp + 32] x5, x6; [sp + 48] the sled's x0,
 // x30; so the frame is sp + 64.
 //
-// Protocol (asm/x86_64-xray.s): the guard is checked first (runtime code running on this
+// Protocol (src/arch/x86_64/xray.s): the guard is checked first (runtime code running on this
 // thread: its own sleds return at once), then recording (instrfn_enabled, entries only) and
 // the mode (0: tracing could not start after all).
 // - Entry: with exits off (mode 2) or for a function without exit sled (bit 62), an entry
@@ -58,8 +58,8 @@
 //   are an unwinder that ran and no room for the event.
 // - A signal handler on this thread is a second producer: it may run between any two
 //   instructions, push and pop shadow entries above ours and write events after ours (or take
-//   the next chunk); the reservations are those of asm/aarch64.s (see its header).
-// - Timestamps: `mrs cntvct_el0` with no isb, as in asm/aarch64.s (the read may be taken a few
+//   the next chunk); the reservations are those of src/arch/aarch64/ (see its header).
+// - Timestamps: `mrs cntvct_el0` with no isb, as in src/arch/aarch64/ (the read may be taken a few
 //   instructions early: far less than what separates two events of a thread), before the
 //   event is reserved.
 // Slow path handover: x16 = instrfn_xray_slow, x0 = the frame | kind (0 entry, 1 exit, 2 tail),

@@ -1,12 +1,12 @@
 # instrfn trampolines for riscv64 Linux (LP64D psABI, RV64GC), GNU as syntax.
 #
-# Same plan, symbols and layouts as asm/x86_64.s (the annotated reference: Tls, ArcTable, slot
+# Same plan, symbols and layouts as src/arch/x86_64/ (the annotated reference: Tls, ArcTable, slot
 # hash, fast path / slow path / guarded routine). Only the differences are described here.
 # The layout operands of trampoline_asm! used here: Tls {TLS_TABLE} table, {TLS_GUARD} guard;
 # ArcTable {TBL_MASK} mask, {TBL_LEN} len, {TBL_LIMIT} limit, {TBL_SHIFT} shift, {TBL_LAST} last, {TBL_LOST} lost; slots of
 # {SLOT_SIZE} (1 << {SLOT_SHIFT}) bytes, self_pc at {SLOT_SELF}, from_pc at {SLOT_FROM}, count at {SLOT_COUNT} from the table
 # base plus the slot offset; the hash multiplier {HASH_MUL} is loaded from instrfn_hash_mul
-# (asm/data.s). riscv64's own operands (src/arch/riscv64.rs): the marker offsets and the
+# (src/abi/data.s). riscv64's own operands (src/arch/riscv64/mod.rs): the marker offsets and the
 # stack bounds layout, described below.
 #
 # Entry: an ordinary call after the prologue, ra = self_pc (our return address into the
@@ -31,7 +31,7 @@
 # FRAME marker (then probes, and inserts, (-8(s0), self_pc)), then for the A0 marker or an
 # A0 decision any thread made (instrfn_riscv64_decided; then it inserts (a0, self_pc)); a
 # site with neither goes to the slow path, which marks it, deciding only if no thread has.
-# The rule of the slow path (instrfn_riscv64_slow_path in src/arch/riscv64.rs, from a0, ra,
+# The rule of the slow path (instrfn_riscv64_slow_path in src/arch/riscv64/mod.rs, from a0, ra,
 # s0 and sp at the call; /proc/self/maps read with raw system calls, which qemu-user emulates
 # with the guest's mappings):
 #   1. -8(s0) is a candidate only if s0 lies in the stack that holds sp: 16-byte aligned,
@@ -51,7 +51,7 @@
 # instrfn preserves every register, a0 included, so hand-written or future callers may rely
 # on it. There is no __fentry__ on riscv64 (gcc has no -mfentry there).
 #
-# Trace mode (src/trace.rs; the layout operands: Tls {TLS_TRACE_POS} trace_pos, {TLS_TRACE_END} trace_end,
+# Trace mode (src/trace/; the layout operands: Tls {TLS_TRACE_POS} trace_pos, {TLS_TRACE_END} trace_end,
 # {TLS_SHADOW_TOP} shadow_top, {TLS_SHADOW_END} shadow_end, {TLS_SHADOW_BASE} shadow_base, {TLS_UNWOUND} unwound, {TLS_DROPPED} dropped; shadow entries of {SH_BYTES} bytes,
 # the original return address at {SH_RET}, its slot at {SH_SLOT}, the function at {SH_FN}; Tls {TLS_TRACE_TBASE} trace_tbase and
 # {TLS_TRACE_CBASE} trace_cbase, the chunk's bases; compact events (TRACE_EVENT below): short ones of {EV_SHORT_BYTES} bytes, tag
@@ -60,7 +60,7 @@
 # must tell, from sp at a return, which frame returns, and the fast path must know where the
 # function saved ra. Neither a0 nor s0 says that in gcc -O2 code (no frame pointer), so the
 # slow path decodes, once per call site, the instructions from the function's entry to the
-# counting call (src/arch/riscv64.rs, `prologue`), and keeps the result in
+# counting call (src/arch/riscv64/mod.rs, `prologue`), and keeps the result in
 # instrfn_riscv64_sites: the slot's offset from sp at the call, and a guard the code proves
 # (a0 = the slot's word, or s0 = the CFA) that the fast path checks on every call. Only slots
 # at CFA - 8 are replaced (gcc, clang and rustc put ra there in every function without
@@ -97,10 +97,10 @@
     .option push
     .option arch, +m, +a, +f, +d, +c, +zicsr, +zicntr
 
-    # Shared data (instrfn_tls, instrfn_enabled, instrfn_all_signals) is in asm/data.s.
+    # Shared data (instrfn_tls, instrfn_enabled, instrfn_all_signals) is in src/abi/data.s.
 
     # This thread's stack, as the slow path last found it in /proc/self/maps: the mapping
-    # [lo, hi) that held sp (src/arch/riscv64.rs StackBounds: lo at {STK_LO}, hi at {STK_HI}, {STK_SIZE} bytes of
+    # [lo, hi) that held sp (src/arch/riscv64/mod.rs StackBounds: lo at {STK_LO}, hi at {STK_HI}, {STK_SIZE} bytes of
     # initial-exec TLS); zero until then. Read by the fast path before it loads -8(s0).
     .section .tbss,"awT",@nobits
     .p2align 4
@@ -111,7 +111,7 @@
 instrfn_riscv64_stack:
     .zero {STK_SIZE}
 
-    # The sites decided so far, by any thread (src/arch/riscv64.rs, `remember`): 1 << {DEC_BITS}
+    # The sites decided so far, by any thread (src/arch/riscv64/mod.rs, `remember`): 1 << {DEC_BITS}
     # words, open addressing from the top bits of self_pc * {HASH_MUL}, linear probing; a word is
     # self_pc for A0, self_pc + 1 for FRAME, 0 when empty. Words are claimed with a CAS by the
     # slow path and never change again; at most half of them are used, so every probe ends.
@@ -126,7 +126,7 @@ instrfn_riscv64_stack:
 instrfn_riscv64_decided:
     .zero 8 << {DEC_BITS}
 
-    # Trace mode's rule per call site, by any thread (src/arch/riscv64.rs, `remember_site`):
+    # Trace mode's rule per call site, by any thread (src/arch/riscv64/mod.rs, `remember_site`):
     # 1 << {SITE_BITS} entries (self_pc, rule) of 16 bytes, open addressing from the top bits of
     # self_pc * {HASH_MUL}, linear probing; self_pc 0 when empty. An entry's self_pc is claimed with
     # a CAS by the slow path, its rule written once after it (0 until then: the fast path sends
@@ -140,7 +140,7 @@ instrfn_riscv64_decided:
 instrfn_riscv64_sites:
     .zero 16 << {SITE_BITS}
 
-    # The Rust slow paths of riscv64, like instrfn_slow_path (asm/data.s): never exported.
+    # The Rust slow paths of riscv64, like instrfn_slow_path (src/abi/data.s): never exported.
     .hidden instrfn_riscv64_slow_path
     .hidden instrfn_riscv64_trace_path
     .hidden instrfn_riscv64_cyg_gmon
@@ -170,7 +170,7 @@ instrfn_riscv64_sites:
     .endm
 
 # HASH from, self: t1 = the byte offset, before masking, of the home slot of (\from, \self):
-#   the hash of asm/x86_64.s (rotl 32 as slli/srli/or). t0 = table; clobbers t2.
+#   the hash of src/arch/x86_64/ (rotl 32 as slli/srli/or). t0 = table; clobbers t2.
     .macro HASH from, self
     slli t1, \self, 32
     srli t2, \self, 32

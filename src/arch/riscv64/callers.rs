@@ -98,7 +98,7 @@ fn from_pc_of(caller: Caller, site: &Site) -> usize {
     }
 }
 
-/// The rule of asm/riscv64.s: (from_pc of this call, the site's caller), or (a0, None) when
+/// The rule of src/arch/riscv64/: (from_pc of this call, the site's caller), or (a0, None) when
 /// it cannot be decided now (/proc/self/maps unreadable: out of descriptors, say), so that
 /// the site is not marked and the next call decides again.
 fn decide(site: &Site) -> (usize, Option<Caller>) {

@@ -1,5 +1,5 @@
-# instrfn trampolines for riscv64: Counting calls: the fast path of mcount/_mcount and __cyg_profile_func_enter/exit in
-# gmon and trace mode, and the slow path they fall back to.
+# instrfn trampolines for riscv64, counting calls: the fast path of mcount/_mcount and
+# __cyg_profile_func_enter/exit in gmon and trace mode, and the slow path they fall back to.
 
 # instrfn_riscv64_mcount: the fast path of mcount/_mcount, new arcs and marked sites included.
 #   Entry: ra = self_pc; from_pc is in a0 (gcc, rustc) or at -8(s0) (clang), as the site's
@@ -206,7 +206,7 @@ instrfn_riscv64_mcount:
     j .Lmcount_slow
 
 .Lmcount_trace:
-    # Trace mode (src/trace.rs): an entry event of self_pc, and the function's return slot
+    # Trace mode (src/trace/): an entry event of self_pc, and the function's return slot
     # replaced by instrfn_riscv64_exit, so that its return is seen too. t0 = &Tls; t3, t4, t5
     # are scratch from here on. Anything out of the ordinary goes to the slow path
     # (instrfn_riscv64_trace_path), which records the call itself: a site not decided yet or
@@ -215,7 +215,7 @@ instrfn_riscv64_mcount:
     # Where the slot is: the site's rule in instrfn_riscv64_sites (1 << {SITE_BITS} entries of 16
     # bytes, (self_pc, rule), open addressing from the top bits of self_pc * {HASH_MUL}, linear
     # probing; filled by the slow path only, which decoded the instructions from the function's
-    # entry to this call: src/arch/riscv64.rs, `prologue`). rule = (D << 3) | guard: the slot
+    # entry to this call: src/arch/riscv64/mod.rs, `prologue`). rule = (D << 3) | guard: the slot
     # is sp at the call + D (that is, the CFA - 8), and the guard is what the code proves about
     # this slot on every call, checked here so that a rule left by code that has since been
     # unloaded never makes this write a wrong word: {RULE_A0} "a0 = the slot's word" (gcc's
@@ -294,7 +294,7 @@ instrfn_riscv64_mcount:
     # The shadow entry is reserved with one amoadd.d (a signal handler that pushes its own
     # never takes ours) and its slot written last: a free entry's slot is 0 (every pop zeroes
     # it), and 0 tells a handler's slow path that the entry is still being pushed (alive: it
-    # is never closed, nor is its return slot touched by the unwinder wrappers, src/trace.rs
+    # is never closed, nor is its return slot touched by the unwinder wrappers, src/trace/
     # `in_progress`).
     li t2, {SH_BYTES}
     addi t3, t0, {TLS_SHADOW_TOP}
@@ -345,7 +345,7 @@ instrfn_riscv64_mcount:
 #   ordinary call allows); frame and handover as in instrfn_riscv64_mcount (t0-t4 at 0-32(sp)).
 #   gmon mode: the entry counts the arc (call_site, this_fn) like mcount (no markers: the caller
 #   is always a1); the exit counts nothing. Trace mode: an entry or exit event of this_fn,
-#   nothing replaced. The slow paths (src/arch/riscv64.rs): instrfn_riscv64_cyg_gmon,
+#   nothing replaced. The slow paths (src/arch/riscv64/mod.rs): instrfn_riscv64_cyg_gmon,
 #   instrfn_riscv64_cyg_trace_\name.
 #   Executed (qemu -singlestep -d exec; +1 the exported stub's `j`): gmon mode, an arc in its
 #   home slot 47+1 (enter), 25+1 (exit); trace mode 40+1 each.
@@ -498,7 +498,7 @@ instrfn_riscv64_cyg_\name:
 #   function to call; every other register is the instrumented code's as at its call: ra =
 #   self_pc (mcount) or the return address (the __cyg_profile entries), a0/a1 and s0 as the
 #   compiler left them. Calls fn(&Tls, a0, ra, s0, sp at the call, a1, &spare), where spare is
-#   a word of this frame the callee may use (trace mode's "no slot", src/arch/riscv64.rs):
+#   a word of this frame the callee may use (trace mode's "no slot", src/arch/riscv64/mod.rs):
 #   instrfn_riscv64_slow_path (the caller of mcount: from a0 or the frame record, marked per
 #   site) in gmon mode, instrfn_riscv64_trace_path in trace mode, instrfn_riscv64_cyg_gmon and
 #   instrfn_riscv64_cyg_trace_enter/exit for the __cyg_profile entries.

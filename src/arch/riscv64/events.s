@@ -1,9 +1,9 @@
-# instrfn trampolines for riscv64: Trace events: the event every trace fast path writes, and call words. Assembled after
-# base.s.
+# instrfn trampolines for riscv64, trace events: the event every trace fast path writes, and call
+# words. Assembled after base.s.
 
 # TRACE_EVENT kind, value, nochunk, ts, read=1: the fast paths' event: take the timestamp
 #   (rdtime, into \ts; with read=0 the caller just did), then reserve this thread's next event and write it, a compact one
-#   (docs/trace-format.md, chunk version 2; asm/x86_64.s TRACE_EVENT is the reference): short
+#   (docs/trace-format.md, chunk version 2; src/arch/x86_64/ TRACE_EVENT is the reference): short
 #   (8 bytes: (value - code base) << 32 | (ts - time base) << 2 | kind) if value - code base
 #   < 2^32 and ts - time base < 2^30, against the Tls copies of the chunk's bases, read after
 #   the position and before the lr.d; else long (16 bytes: the timestamp with its low two
@@ -74,7 +74,7 @@
 # MERGE_CALL fn, ts, done, label: an exit told together with its entry in one word, a call
 #   word (docs/trace-format.md, chunk version 3), where the entry is the thread's newest
 #   event, a short one of fn (the call recorded nothing inside it), and the word can hold the
-#   entry's time, the call's length and fn. asm/x86_64.s MERGE_CALL is the reference: the same
+#   entry's time, the call's length and fn. src/arch/x86_64/ MERGE_CALL is the reference: the same
 #   checks, and why the pin makes it safe with signal handlers (a handler runs on this thread,
 #   so it sees this code's stores in program order; the collector sees the chunk only after
 #   its retirement, a release, which the pin keeps from happening before the store). t0 =

@@ -1,5 +1,6 @@
-# instrfn trampolines for riscv64: The exit trampoline of trace mode: where an instrumented function returns to when its
-# return address was replaced, its return pad and its unwind information.
+# instrfn trampolines for riscv64, the exit trampoline of trace mode: where an instrumented
+# function returns to when its return address was replaced, its return pad and its unwind
+# information.
 
 # instrfn_riscv64_exit: where an instrumented function returns to in trace mode (the fast path
 #   replaced its return address, and keeps the original in this thread's shadow stack).
@@ -16,8 +17,7 @@
 #   entry off the return-address stack (the RISC-V hints: jalr through ra or t0 pops), and a
 #   ret here would pop its caller's too — a second mispredicted return per call, and every
 #   later return one entry behind. t1 is no link register, so the jump is predicted from its
-#   own history (asm/x86_64.s's exit: 29.4 -> 23.0 ns per call at one thread for the same
-#   change; not measured here, qemu does not model it).
+#   own history (as on x86_64; qemu does not model the predictor).
 #   Slow part (instrfn_trace_exit_slow(&Tls, sp - 8), returning the original return address):
 #   the newest entry is another frame's (frames left behind by longjmp), an unwinder ran, or
 #   the event does not fit. Frame, 64 bytes, CFA = sp + 64: 0 a0, 8 a1, 16 fa0, 24 fa1, 32
@@ -39,7 +39,7 @@
 #   A return address that points at the label (a replaced one, met by an unwinder linked into
 #   the program, which no wrapper reaches: C++ with -static-libgcc) is looked up as address - 1:
 #   the 4-byte nop before the label, instrfn_riscv64_return_pad, whose FDE describes a frame
-#   between the returning function and its caller, as x86_64's (asm/x86_64.s): the caller's sp
+#   between the returning function and its caller, as x86_64's (src/arch/x86_64/): the caller's sp
 #   is sp, the frame's own CFA sp + 16, and the caller's return address the `ret` word of the
 #   newest shadow entry whose slot is sp - 8, found by a DWARF expression
 #   (scripts/return-pad-cfi.py riscv64) that takes its own pc from ra (libgcc restores the
@@ -47,7 +47,7 @@
 #   registry instrfn_registry.
 # RETURN_ADDRESS_IN_ENTRY: CFI, the caller's return address (ra, DWARF register 1) is saved at
 #   [t4 + SH_RET]: DW_CFA_expression ra, DW_OP_breg29 (t4 = x29) SH_RET (a one-byte SLEB128:
-#   src/trace.rs asserts it).
+#   src/trace/ asserts it).
     .macro RETURN_ADDRESS_IN_ENTRY
     .cfi_escape 0x10, 1, 2, 0x8d, {SH_RET}
     .endm
@@ -120,7 +120,7 @@ instrfn_riscv64_exit_ours:
     jr t1                                  # not `ret` (see above)
     RETURN_ADDRESS_IN_ENTRY                # (below: t4 = the entry, as above)
 .Lexit_short:
-    # INSTRFN_MIN_DURATION (asm/x86_64.s .Lexit_short): a call shorter than instrfn_min_ticks
+    # INSTRFN_MIN_DURATION (src/arch/x86_64/ .Lexit_short): a call shorter than instrfn_min_ticks
     # whose entry is still the thread's newest event (its callees, if any, were short too and
     # taken back already) leaves no events: its entry is taken back. The exit event is
     # reserved first, as always (as TRACE_EVENT does): while its tag is 0 the chunk is not all

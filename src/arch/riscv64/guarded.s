@@ -1,5 +1,5 @@
-# instrfn trampolines for riscv64: Ways into the runtime: the guarded routine every Rust entry point runs through, this
-# thread's stack bounds and Tls, a call on another stack.
+# instrfn trampolines for riscv64, ways into the runtime: the guarded routine every Rust entry
+# point runs through, this thread's stack bounds and Tls, a call on another stack.
 
 # instrfn_riscv64_guarded: run a runtime entry point with this thread's guard held and all
 #   signals blocked (as on x86_64, also when called from a signal handler: qemu-riscv64 7.2
@@ -102,7 +102,7 @@ instrfn_tls_get:
     .cfi_endproc
     .size instrfn_tls_get, .-instrfn_tls_get
 
-# instrfn_call_on_stack(f = a0, arg = a1, top = a2): as on x86_64 (asm/x86_64.s); s0 holds the
+# instrfn_call_on_stack(f = a0, arg = a1, top = a2): as on x86_64 (src/arch/x86_64/); s0 holds the
 #   caller's stack pointer.
     .p2align 2
     .globl instrfn_call_on_stack

@@ -73,7 +73,7 @@ macro_rules! naked {
 entry_point! {
     /// `mcount`: the name older rustc `-Zinstrument-mcount` emitted; same entry as `_mcount`.
     /// ABI here: ra = self_pc, from_pc in a0 or at -8(s0), every register preserved (see
-    /// asm/riscv64.s).
+    /// src/arch/riscv64/).
     mcount => "j instrfn_riscv64_mcount"
 }
 entry_point! {
@@ -95,7 +95,7 @@ entry_point! {
 
 /// The body of a naked function that continues at `$f` with every register but t1 (the
 /// `tail` pseudo-instruction's scratch, caller-saved) as it came.
-#[allow(unused_macros)] // only glibc targets have wrappers (src/interpose.rs)
+#[allow(unused_macros)] // only glibc targets have wrappers (src/runtime/interpose.rs)
 macro_rules! tail_call {
     ($f:path) => {
         naked!(".cfi_startproc", "tail {f}", ".cfi_endproc", f = sym $f)
@@ -105,8 +105,8 @@ macro_rules! tail_call {
 /// The body of a naked function that asks `$route(a0, a1, a2, return address)` where to go (an
 /// ordinary call), then continues at the function it returns with every argument register, the
 /// stack and ra as the caller left them: the function it jumps to sees the original caller
-/// (the dlopen wrappers, src/interpose.c). t1 carries the target.
-#[allow(unused_macros)] // only glibc targets have wrappers (src/interpose.rs)
+/// (the dlopen wrappers, src/runtime/interpose.c). t1 carries the target.
+#[allow(unused_macros)] // only glibc targets have wrappers (src/runtime/interpose.rs)
 macro_rules! routed_jump {
     ($route:path) => {
         naked!(
@@ -222,7 +222,7 @@ pub fn counter() -> u64 {
 
 /// The address an instrumented function returns to in trace mode.
 /// A second word that holds a replaced return address for a while (none here: see
-/// asm/s390x.s's [`second_slot`](crate::arch::second_slot)).
+/// src/arch/s390x/'s [`second_slot`](crate::arch::second_slot)).
 pub fn second_slot(_slot: usize) -> Option<usize> {
     None
 }
@@ -232,8 +232,8 @@ pub fn exit_trampoline() -> usize {
 }
 
 /// Whether the exit trampoline takes back the entries of calls shorter than
-/// INSTRFN_MIN_DURATION (asm/riscv64.s `.Lexit_short`; the threshold is set by
-/// [`set_min_ticks`](crate::arch::set_min_ticks)).
+/// INSTRFN_MIN_DURATION (src/arch/riscv64/ `.Lexit_short`; the threshold is set by
+/// [`set_min_ticks`](crate::abi::set_min_ticks)).
 pub const MIN_DURATION_SUPPORTED: bool = true;
 
 /// Whether trace mode may replace the return address `ret` with the exit trampoline (else the

@@ -1,8 +1,8 @@
 # instrfn trampolines for s390x Linux (z/Architecture ELF ABI), GNU as syntax.
 #
-# Same plan, names and shared layouts (Tls, ArcTable, slot, hash) as asm/x86_64.s, the annotated
+# Same plan, names and shared layouts (Tls, ArcTable, slot, hash) as src/arch/x86_64/, the annotated
 # reference; this file documents only how s390x differs. Assembled as one `global_asm!` block by
-# src/arch/s390x.rs, whose naked exported stubs (mcount, _mcount, __fentry__,
+# src/arch/s390x/mod.rs, whose naked exported stubs (mcount, _mcount, __fentry__,
 # __cyg_profile_func_enter/exit, the guarded entry points) branch into the routines below.
 #
 # What differs from x86_64
@@ -32,12 +32,12 @@
 #   (the crate's target baseline, z10) and never execute a vector instruction on a machine or
 #   kernel without the facility.
 # - Big-endian, so gmon.out is written big-endian (native order), as s390x gprof expects.
-# - Inserting a new arc in the trampoline (asm/x86_64.s, .Linsert) needs no extra register:
+# - Inserting a new arc in the trampoline (src/arch/x86_64/, .Linsert) needs no extra register:
 #   the claim is `csg` (compare and swap, one instruction, so a signal handler on this thread
 #   sees the slot either empty or claimed), its comparand is r4, and r4 (the slot offset) is
 #   recomputed from the slot address only when a handler claimed the slot first.
 #
-# Trace mode (src/trace.rs; the plan and its rules are asm/x86_64.s's)
+# Trace mode (src/trace/; the plan and its rules are src/arch/x86_64/'s)
 # - The return address is replaced where the function takes it from next: the word at 8(%r15)
 #   for mcount (the function reloads r14 from it right after the call), r14 itself for
 #   __fentry__ (the fast path sets it before returning through r1).
@@ -53,7 +53,7 @@
 #   that `*slot = trampoline` takes effect: for __fentry__ it is r14 as the slow path saved it
 #   (and restores it from); for mcount the word at 8(%r15) is moved there first and back
 #   afterwards (r14 is self_pc = r1 then, restored from r1).
-# - Unwinding: before an unwinder walks the stack src/trace.rs puts `*slot = ret` back into
+# - Unwinding: before an unwinder walks the stack src/trace/ puts `*slot = ret` back into
 #   every slot that holds the trampoline, and the trampoline again afterwards. Every frame an
 #   unwinder walks through, but the innermost one of a signal handler's context, is suspended
 #   in a call, so it is past its prologue and not a leaf: it saved r14 at S + 112 (the standard
@@ -66,14 +66,14 @@
 #   the trampoline, and the write only happens where the word holds the trampoline's address.
 # - A tail call (`jg` from a traced function to another, r14 or 8(%r15) still holding the
 #   trampoline) finds the newest entry on its own slot and goes to the slow path, which ends
-#   the caller and gives the callee its return address (src/trace.rs).
+#   the caller and gives the callee its return address (src/trace/).
 # - No red zone: the fast paths keep their scratch registers in the instrumented function's
 #   save area as in gmon mode; the exit trampoline keeps r4/r5 in the returning function's save
 #   area (S + 32), which nothing uses any more, and its slow part runs in the slow path's frame.
 # - Reservations (16 bytes of the chunk, 32 of the shadow stack) are compare-and-swap loops:
 #   z10 has no interlocked load-and-add (laag came with z196). Each loop checks for room
 #   before it claims, so only the shadow entry may have to be given back (agsi, one
-#   instruction). Shadow entries follow x86_64's protocol (src/trace.rs, `in_progress`): a
+#   instruction). Shadow entries follow x86_64's protocol (src/trace/, `in_progress`): a
 #   free entry's slot is 0 and every pop zeroes it, the entry fast path writes the slot last
 #   (until then the entry is "being pushed", alive), and the exit trampoline writes its event
 #   before it pops.
@@ -84,12 +84,12 @@
 # - Events and chunk headers are big-endian (native order); the reader tells by the header's
 #   version field.
 
-    # Shared data (instrfn_tls, instrfn_enabled, instrfn_all_signals) is in asm/data.s.
+    # Shared data (instrfn_tls, instrfn_enabled, instrfn_all_signals) is in src/abi/data.s.
     # The layout operands of trampoline_asm! used here: Tls {TLS_TABLE} table, {TLS_GUARD} guard;
     # ArcTable {TBL_MASK} mask, {TBL_LEN} len, {TBL_LIMIT} limit, {TBL_SHIFT} shift, {TBL_LAST} last, {TBL_LOST} lost;
     # slots of {SLOT_SIZE} (1 << {SLOT_SHIFT}) bytes, self_pc at {SLOT_SELF}, from_pc at {SLOT_FROM}, count at {SLOT_COUNT}
     # (from the table base plus the slot offset); the hash multiplier {HASH_MUL} comes from
-    # instrfn_hash_mul (asm/data.s).
+    # instrfn_hash_mul (src/abi/data.s).
     # Trace mode's: Tls {TLS_TRACE_POS} trace_pos, {TLS_TRACE_END} trace_end, {TLS_SHADOW_TOP} shadow_top,
     # {TLS_SHADOW_END} shadow_end, {TLS_SHADOW_BASE} shadow_base, {TLS_UNWOUND} unwound, {TLS_DROPPED} dropped; shadow entries of {SH_BYTES}
     # bytes: original return address at {SH_RET}, slot at {SH_SLOT}, function at {SH_FN}, a spare word at {SH_SPARE}; Tls

@@ -1,11 +1,12 @@
-# instrfn trampolines for s390x: Counting calls: the fast path of every entry point (mcount, _mcount, __fentry__,
-# __cyg_profile_func_enter/exit) in gmon and trace mode, and the slow path they fall back to.
+# instrfn trampolines for s390x, counting calls: the fast path of every entry point (mcount,
+# _mcount, __fentry__, __cyg_profile_func_enter/exit) in gmon and trace mode, and the slow path
+# they fall back to.
 
 # FAST_PATH name, self, fromop, fromsrc, retcol, ret, trace
 #   Entry: \self = self_pc, `\fromop %r3,\fromsrc` loads from_pc; \retcol is the register
 #   holding the return address (for CFI) and \ret the register returned through: %r1 (a copy
 #   of \self) for _mcount/mcount/__fentry__, %r14 for the __cyg_profile_* functions.
-#   \trace says what trace mode does (asm/x86_64.s): `mcount` and `fentry` record an entry and
+#   \trace says what trace mode does (src/arch/x86_64/): `mcount` and `fentry` record an entry and
 #   replace the return address, which is at 8(%r15) (mcount) or in %r14 (fentry); `enter` and
 #   `exit` record an entry or exit event of self_pc only (`exit` counts nothing in gmon mode).
 #   Registers: every register but r0 and r1 is preserved (r1 = self_pc on return, r0 is not
@@ -116,14 +117,14 @@ instrfn_s390x_\name:
     j instrfn_s390x_slow
 
 .Ltrace_\name:
-    # Trace mode (src/trace.rs; the plan is asm/x86_64.s's). The frame is known by its slot,
+    # Trace mode (src/trace/; the plan is src/arch/x86_64/'s). The frame is known by its slot,
     # %r15 + 112 at entry (r14's slot in its register save area: see "Trace mode" above).
     # Reservations are compare-and-swap loops (csg: z10 has no load-and-add), each of which
     # checks for room before it claims anything, so only the shadow entry ever has to be given
     # back. A signal handler that reserves between our load and our csg makes the csg fail,
     # and we try again from its new top. The shadow-entry protocol is x86_64's: a free entry's
     # slot is 0 (every pop zeroes it), so the entry we claim says "being pushed" (alive, see
-    # `in_progress` in src/trace.rs) until its slot is written, last; a handler that runs
+    # `in_progress` in src/trace/) until its slot is written, last; a handler that runs
     # meanwhile pushes above it and pops back down to it.
     .ifc \trace,mcount
     .set .Lhijack_\name, 1
@@ -196,7 +197,7 @@ instrfn_s390x_\name:
     # fentry: from here until the function has saved r14 in its own frame, the replaced return
     # address is in a register, where no unwinder's walk can have the real one put back
     # (README, "backtrace()"): bpsweep.c leaves these two out of its check. (mcount: in
-    # 8(%r15), which the walk wrappers restore too, src/arch/s390x.rs `second_slot`.)
+    # 8(%r15), which the walk wrappers restore too, src/arch/s390x/mod.rs `second_slot`.)
     .globl instrfn_s390x_\name\()_hijacked
     .hidden instrfn_s390x_\name\()_hijacked
 instrfn_s390x_\name\()_hijacked:
@@ -254,7 +255,7 @@ instrfn_s390x_\name\()_hijacked:
     br %r1
 5:  # No room (or no chunk yet): the slow path records the entry without exit. mcount code
     # goes with flag 4, which shows the Rust side a return slot holding 0 (not replaceable,
-    # src/arch/s390x.rs): right for clang 14's call, and for mode 2 too (nothing is replaced
+    # src/arch/s390x/mod.rs): right for clang 14's call, and for mode 2 too (nothing is replaced
     # then anyway); fentry code only comes here in mode 2, where the Rust side replaces
     # nothing either.
     larl %r4,instrfn_trace_slow
@@ -378,7 +379,7 @@ instrfn_s390x_slow:
     jz 0f
     mvghi 112(%r11),0                # mcount called after the prologue: nothing to replace
 0:
-    # Block every signal (see asm/x86_64.s).
+    # Block every signal (see src/arch/x86_64/).
     BLOCK_SIGNALS 160
 
     ear %r13,%a0

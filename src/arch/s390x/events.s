@@ -1,9 +1,9 @@
-# instrfn trampolines for s390x: Trace events: the event every trace fast path writes, call words, the exit trampoline's
-# long exit. Assembled after base.s.
+# instrfn trampolines for s390x, trace events: the event every trace fast path writes, call words,
+# the exit trampoline's long exit. Assembled after base.s.
 
 # S390_EVENT tsat, hiat, kind, nochunk: the trace fast paths' event: reserves this thread's
 #   next event and writes it, a compact one (docs/trace-format.md, chunk version 2;
-#   asm/x86_64.s TRACE_EVENT is the reference): short (8 bytes: (r1 - code base) << 32 |
+#   src/arch/x86_64/ TRACE_EVENT is the reference): short (8 bytes: (r1 - code base) << 32 |
 #   (time - time base) << 2 | kind) if r1 - code base < 2^32 and time - time base < 2^30,
 #   against the Tls copies of the chunk's bases, read after the position and before the csg
 #   that claims the event (a handler that gives the thread a new chunk moves the position:
@@ -59,7 +59,7 @@
 # S390_MERGE tls, tsat, posat, f, w, t, done, label: an exit told together with its entry in
 #   one word, a call word (docs/trace-format.md, chunk version 3), where the entry is the
 #   thread's newest event, a short one of the function (the call recorded nothing inside it),
-#   and the word can hold the entry's time, the call's length and the function. asm/x86_64.s
+#   and the word can hold the entry's time, the call's length and the function. src/arch/x86_64/
 #   MERGE_CALL is the reference: the same checks, and why the pin makes it safe with signal
 #   handlers (a handler runs on this thread, so it sees these stores in program order; the
 #   collector sees the chunk only after its retirement, which the pin keeps from happening

@@ -1,5 +1,5 @@
-# instrfn trampolines for s390x: The exit trampoline of trace mode: where an instrumented function returns to when its
-# return address was replaced, its return pad and its unwind information.
+# instrfn trampolines for s390x, the exit trampoline of trace mode: where an instrumented function
+# returns to when its return address was replaced, its return pad and its unwind information.
 
 # instrfn_s390x_exit: where an instrumented function returns to in trace mode (its return
 #   address was replaced by the fast path, or by instrfn_trace_slow, which keep the original
@@ -28,14 +28,14 @@
 #   unwinder linked into the program, which no wrapper reaches: C++ with -static-libgcc) is
 #   looked up as address - 1: the 4-byte no-op before the label, instrfn_s390x_return_pad,
 #   whose FDE describes a frame between the returning function and its caller, as x86_64's
-#   (asm/x86_64.s): the caller's r15 is r15, the frame's own CFA r15 + 168 (the function's is
+#   (src/arch/x86_64/): the caller's r15 is r15, the frame's own CFA r15 + 168 (the function's is
 #   r15 + 160), and the caller's return address the `ret` word of the newest shadow entry whose
 #   slot is r15 + 112, found by a DWARF expression (scripts/return-pad-cfi.py s390x) that takes
 #   its own pc from r14 (libgcc restores the return address column as a register) and from
 #   the pc-relative word before the pad the registry instrfn_registry.
     .p2align 4
 # RETURN_ADDRESS_IN_ENTRY: CFI, the caller's return address (r14) is saved at [r4 + SH_RET]:
-#   DW_CFA_expression r14, DW_OP_breg4 SH_RET (a one-byte SLEB128: src/trace.rs asserts it).
+#   DW_CFA_expression r14, DW_OP_breg4 SH_RET (a one-byte SLEB128: src/trace/ asserts it).
     .macro RETURN_ADDRESS_IN_ENTRY
     .cfi_escape 0x10, 14, 2, 0x74, {SH_RET}
     .endm
@@ -138,7 +138,7 @@ instrfn_s390x_exit_ours:
     br %r1
     RETURN_ADDRESS_IN_ENTRY                 # (below: r4 = the entry, as above)
 .Lexit_short:
-    # INSTRFN_MIN_DURATION (asm/x86_64.s .Lexit_short): a call shorter than instrfn_min_ticks
+    # INSTRFN_MIN_DURATION (src/arch/x86_64/ .Lexit_short): a call shorter than instrfn_min_ticks
     # whose entry is still the thread's newest event (its callees, if any, were short too and
     # taken back already) leaves no events: its entry is taken back. The exit event is
     # reserved first, as always: while its tag is 0 the chunk is not all written, so it is

@@ -1,5 +1,5 @@
-# instrfn trampolines for s390x: Ways into the runtime: the guarded routine every Rust entry point runs through, this
-# thread's Tls and a call on another stack.
+# instrfn trampolines for s390x, ways into the runtime: the guarded routine every Rust entry point
+# runs through, this thread's Tls and a call on another stack.
 
 # instrfn_s390x_guarded: run a runtime entry point with this thread's guard held and all
 #   signals blocked (as on x86_64, also when called from a signal handler).
@@ -80,7 +80,7 @@ instrfn_tls_get:
     .cfi_endproc
     .size instrfn_tls_get, .-instrfn_tls_get
 
-# instrfn_call_on_stack(f = r2, arg = r3, top = r4): as on x86_64 (asm/x86_64.s); r11 holds the
+# instrfn_call_on_stack(f = r2, arg = r3, top = r4): as on x86_64 (src/arch/x86_64/); r11 holds the
 #   caller's stack pointer; a 160-byte save area with a backchain is made below top.
     .p2align 4
     .globl instrfn_call_on_stack

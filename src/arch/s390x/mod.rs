@@ -2,7 +2,7 @@
 //! from_pc stored at `8(%r15)`) and `__fentry__` as the first instruction (self_pc = %r0,
 //! from_pc = %r14, return through %r1), and the `__cyg_profile_func_enter/exit` functions of
 //! `-finstrument-functions` code. The routines and their register contracts are in
-//! `asm/s390x.s`, which also says how trace mode finds a frame's return address (its slot,
+//! `src/arch/s390x/`, which also says how trace mode finds a frame's return address (its slot,
 //! entry `%r15 + 112`, for both kinds).
 
 trampoline_asm!("base.s" + "events.s" + "counting.s" + "exit.s" + "guarded.s";
@@ -20,7 +20,7 @@ macro_rules! naked {
 entry_point! {
     /// `mcount`: called by rustc `-Zinstrument-mcount` (LLVM) code before the prologue, after
     /// `stg %r14,8(%r15)`. ABI here: every register but %r0 and %r1 preserved (LLVM assumes the
-    /// AnyReg mask: r2-r15, f0-f15, v0-v31); see `FAST_PATH` in asm/s390x.s.
+    /// AnyReg mask: r2-r15, f0-f15, v0-v31); see `FAST_PATH` in src/arch/s390x/.
     mcount => "jg instrfn_s390x_mcount"
 }
 entry_point! {
@@ -45,7 +45,7 @@ entry_point! {
 }
 
 /// The body of a naked function that continues at `$f` with every register as it came.
-#[allow(unused_macros)] // only glibc targets have wrappers (src/interpose.rs)
+#[allow(unused_macros)] // only glibc targets have wrappers (src/runtime/interpose.rs)
 macro_rules! tail_call {
     ($f:path) => {
         naked!(".cfi_startproc", "jg {f}", ".cfi_endproc", f = sym $f)
@@ -56,8 +56,8 @@ macro_rules! tail_call {
 /// ordinary call, on a frame of its own: the ABI's 160-byte save area, then r2-r4), then
 /// continues at the function it returns (through %r1) with every argument register, the stack
 /// and %r14 as the caller left them: the function it jumps to sees the original caller (the
-/// dlopen wrappers, src/interpose.c). %r14 and %r15 go to the caller's save area meanwhile.
-#[allow(unused_macros)] // only glibc targets have wrappers (src/interpose.rs)
+/// dlopen wrappers, src/runtime/interpose.c). %r14 and %r15 go to the caller's save area meanwhile.
+#[allow(unused_macros)] // only glibc targets have wrappers (src/runtime/interpose.rs)
 macro_rules! routed_jump {
     ($route:path) => {
         naked!(
@@ -131,7 +131,7 @@ unsafe extern "C" {
 /// r14 from right after `_mcount` returns (gcc `stg %r14,8(%r15); brasl %r14,_mcount; lg
 /// %r14,8(%r15)`), where the entry trampoline put the exit trampoline's address: until the
 /// reload, an unwinder reads the return address there (the function's CFI says so). The walk
-/// wrappers put the original back there too when it holds the trampoline (src/trace.rs
+/// wrappers put the original back there too when it holds the trampoline (src/trace/
 /// `restore_return_addresses`), and the trampoline back after the walk if they did. For fentry
 /// code, and mcount code after the reload, the word is no longer read: writing it is harmless.
 pub fn second_slot(slot: usize) -> Option<usize> {
@@ -148,14 +148,14 @@ pub fn exit_trampoline() -> usize {
 pub fn forget_sites(_lo: usize, _hi: usize) {}
 
 /// Whether the exit trampoline takes back the entries of calls shorter than
-/// INSTRFN_MIN_DURATION (asm/s390x.s `.Lexit_short`; the threshold is set by
-/// [`set_min_ticks`](crate::arch::set_min_ticks)).
+/// INSTRFN_MIN_DURATION (src/arch/s390x/ `.Lexit_short`; the threshold is set by
+/// [`set_min_ticks`](crate::abi::set_min_ticks)).
 pub const MIN_DURATION_SUPPORTED: bool = true;
 
 /// Whether trace mode may replace the return address `ret` with the exit trampoline (else the
 /// call is recorded as an entry without exit). Any address can be replaced (the slot is a
 /// doubleword of the frame's save area, or r14) but 0: what the slow path shows for mcount
-/// code that keeps no return address at 8(%r15) (clang 14, see asm/s390x.s), and for mcount
+/// code that keeps no return address at 8(%r15) (clang 14, see src/arch/s390x/), and for mcount
 /// code in mode 2 (INSTRFN_EXITS=off) when it finds no room in its chunk.
 pub fn replaceable(ret: usize) -> bool {
     ret != 0

@@ -2,7 +2,7 @@
 #
 # This is the annotated reference: the other architectures follow the same plan and their files
 # only document how they differ. The file is assembled as one `global_asm!` block by
-# src/arch/x86_64.rs, followed by asm/x86_64-xray.s (the XRay trampolines, which use this
+# src/arch/x86_64/mod.rs, followed by src/arch/x86_64/xray.s (the XRay trampolines, which use this
 # file's operands and its trace macros: SCRATCH_SAVE, SCRATCH_RESTORE, TIMESTAMP,
 # TRACE_EVENT, SHADOW_RESERVE, SHADOW_RELEASE, SHADOW_POP); the exported names (mcount, _mcount,
 # __fentry__, the gcrt entry points and the C API) are naked Rust functions there that jump
@@ -20,7 +20,7 @@
 #              `instrfn_slow_path(tls, from_pc, self_pc)`.
 #
 # Shared layouts: the `{{NAME}}` operands are Rust constants (src/arch/mod.rs, trampoline_asm!),
-# defined once with src/thread.rs `Tls` and src/arcs.rs `ArcTable`/`Slot`:
+# defined once with src/thread.rs `Tls` and src/tables/arcs.rs `ArcTable`/`Slot`:
 #   Tls, one per thread in .tbss (initial-exec TLS, reached through %fs):
 #      {TLS_TABLE}  table   current ArcTable of this thread, 0 until the slow path gives it one
 #      {TLS_GUARD}  guard   nonzero while runtime code runs on this thread: counting calls
@@ -36,9 +36,9 @@
 #   Slot fields are addressed from the table base plus the slot's byte offset: self_pc at
 #   {SLOT_SELF}, from_pc at {SLOT_FROM}, count at {SLOT_COUNT}; a slot whose self_pc is 0 is empty.
 #   Slot byte offset = (((from_pc ^ (self_pc rotl 32)) * {HASH_MUL}) >> shift) * {SLOT_SIZE},
-#   then linear probing in steps of {SLOT_SIZE} bytes (src/arcs.rs `hash`).
+#   then linear probing in steps of {SLOT_SIZE} bytes (src/tables/arcs.rs `hash`).
 
-    # Shared data (instrfn_tls, instrfn_enabled, instrfn_all_signals) is in asm/data.s.
+    # Shared data (instrfn_tls, instrfn_enabled, instrfn_all_signals) is in src/abi/data.s.
 
     .data
     # XSAVE parameters, found on first use by instrfn_x86_64_xsave_detect: the component mask

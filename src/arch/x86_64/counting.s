@@ -1,5 +1,6 @@
-# instrfn trampolines for x86_64: Counting calls: the fast path of every entry point (mcount, _mcount, __fentry__,
-# __cyg_profile_func_enter/exit) in gmon and trace mode, and the slow path they fall back to.
+# instrfn trampolines for x86_64, counting calls: the fast path of every entry point (mcount,
+# _mcount, __fentry__, __cyg_profile_func_enter/exit) in gmon and trace mode, and the slow path
+# they fall back to.
 
 # FAST_PATH name, self, from, trace
 #   Entry: \self is the operand holding self_pc (the callee), \from the one holding from_pc
@@ -100,7 +101,7 @@ instrfn_x86_64_\name:
     jmp instrfn_x86_64_slow
 
 .Ltrace_\name:
-    # Trace mode (src/trace.rs). rax = Tls offset, rsi = self_pc; rcx, rdx, rdi are free.
+    # Trace mode (src/trace/). rax = Tls offset, rsi = self_pc; rcx, rdx, rdi are free.
     # Everything out of the ordinary goes to the slow path, which records the call itself:
     # no chunk yet or a full one, a full shadow stack, frames left behind by longjmp or put
     # back by an unwinder. A signal handler on this thread may run between any two
@@ -210,7 +211,7 @@ instrfn_x86_64_\name:
 #      CFA-112 r12 (self_pc)   -120 r13 (from_pc)
 #      below:  XSAVE/FXSAVE area (64-byte aligned), then the old signal mask at (%rsp)
 # instrfn_x86_64_slow_pop8: the same, for the XRay entry and tail-call trampolines
-#   (asm/x86_64-xray.s), whose patched sled pushed one word just above the return address:
+#   (src/arch/x86_64/xray.s), whose patched sled pushed one word just above the return address:
 #   returns with `ret $8`, dropping that word, as the trampoline's own return would. (Its CFI
 #   says so: the caller's stack pointer is CFA + 8.)
     .macro SLOW name, pop

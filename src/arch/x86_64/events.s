@@ -1,8 +1,8 @@
-# instrfn trampolines for x86_64: Trace events: the building blocks every trace fast path uses (timestamps, event
-# reservation, call words, shadow-stack reservation). Assembled after base.s.
+# instrfn trampolines for x86_64, trace events: the building blocks every trace fast path uses
+# (timestamps, event reservation, call words, shadow-stack reservation). Assembled after base.s.
 
 # Trace mode's building blocks, shared by the trampolines here and the XRay ones
-# (asm/x86_64-xray.s, assembled after this file in the same block). A signal handler on this
+# (src/arch/x86_64/xray.s, assembled after this file in the same block). A signal handler on this
 # thread may run between any two of their instructions (never inside one) and record events and
 # push shadow entries of its own; only this thread (and so its handlers) ever writes its Tls, so
 # the reservations need no lock prefix, only single instructions and the order below.
@@ -29,7 +29,7 @@
     .endm
 
 # TIMESTAMP: rdx = the trace clock, the time-stamp counter (rdtsc's edx:eax as one word; what
-#   src/arch/x86_64.rs counter() reads). Clobbers rax.
+#   src/arch/x86_64/mod.rs counter() reads). Clobbers rax.
     .macro TIMESTAMP
     rdtsc
     shlq $32, %rdx
@@ -51,7 +51,7 @@
 #   Why this is safe with signal handlers: one may run between any two instructions and write
 #   events after ours, or fill chunks. (1) The word is stored into the chunk the thread has
 #   at `pin` below: trace_pin holds its end from there on, and a handler's chunk switches do
-#   not retire a pinned chunk (src/trace.rs `retire_chunk`), so it is never committed and
+#   not retire a pinned chunk (src/trace/ `retire_chunk`), so it is never committed and
 #   reused before the store; the check after the pin proves the position and bases were read
 #   in that chunk (a switch in between moves trace_end: no other chunk ends there, as the
 #   pinned one cannot be reused). (2) A handler's events land after the entry's word, so the

@@ -1,5 +1,5 @@
-# instrfn trampolines for x86_64: The exit trampoline of trace mode: where an instrumented function returns to when its
-# return address was replaced, its return pad and its unwind information.
+# instrfn trampolines for x86_64, the exit trampoline of trace mode: where an instrumented function
+# returns to when its return address was replaced, its return pad and its unwind information.
 
 # instrfn_x86_64_exit: where an instrumented function returns to in trace mode (the fast path
 #   replaced its return address, and keeps the original in this thread's shadow stack).
@@ -13,8 +13,7 @@
 #   It goes there with an indirect jmp, not a ret: the function's ret, which came here, used
 #   the return-stack predictor's entry of its call (a mispredict, which nothing can avoid); a
 #   ret here would use its caller's entry (a second mispredict), and leave the predictor one
-#   entry behind for every return after it. The jmp is predicted from its own history (scripts/
-#   compare.py --trace: 29.4 -> 23.0 ns per call at 1 thread, same run conditions).
+#   entry behind for every return after it. The jmp is predicted from its own history.
 #   Frame: CFA_f-8 the original return address (the jmp reads it below %rsp, inside the red
 #   zone, which a signal frame never overwrites), CFA_f-16 .. -48 rax, rcx, rdx, rsi, rdi.
 #   Unwinding (a handler that interrupts us and walks the stack, a sampling profiler): the CFI
@@ -24,7 +23,7 @@
 #   caller (tests/fixtures/c/sweep.c checks it at every instruction). Before that the word holds
 #   what the function's ret consumed, this trampoline's own address: an unwinder takes it for
 #   the caller. A handler's walk in between may put the trampoline back into the frame
-#   (src/trace.rs `after_unwinding`, the entry still being alive): `.Lexit_pop` stores the
+#   (src/trace/ `after_unwinding`, the entry still being alive): `.Lexit_pop` stores the
 #   original again, before and after it frees the entry.
 #   A return address that points at the label (a replaced one, which an unwinder walking up
 #   from a deeper frame meets where nothing put the original back: an unwinder linked into the
@@ -36,11 +35,11 @@
 #   return address the `ret` word of the newest shadow entry whose slot is rsp - 8, which a
 #   DWARF expression finds: from its own pc (DW_OP_breg16: the label) it reads the
 #   pc-relative word before the nop, which leads to instrfn_registry (the thread
-#   registry's head address, the bytes of a shadow stack mapping, a zero word: src/trace.rs
+#   registry's head address, the bytes of a shadow stack mapping, a zero word: src/trace/
 #   sets the first two at start), and walks every block's shadow stack from its base to its
 #   first free entry; not found: the zero word, a return address of 0, where unwinders stop.
 #   The expression's bytes are scripts/return-pad-cfi.py's output (branch offsets computed
-#   there, for 1-byte operands: src/arch/x86_64.rs asserts them < 128; tests/host.rs checks
+#   there, for 1-byte operands: src/arch/x86_64/mod.rs asserts them < 128; tests/host.rs checks
 #   the two agree).
     .p2align 4
 instrfn_x86_64_registry_rel:
@@ -112,7 +111,7 @@ instrfn_x86_64_exit_ours:
     # The entry's slot is zeroed before the original return address goes into the frame: a
     # handler that comes between the two then takes the entry for one being pushed (alive,
     # left alone), where before it found a live entry whose return slot held its original
-    # address and, after a backtrace() (src/trace.rs `after_unwinding`), put the trampoline
+    # address and, after a backtrace() (src/trace/ `after_unwinding`), put the trampoline
     # back there, so that the jmp below came back here and the program aborted ("lost track of
     # a return address"). The other architectures return through a register and have no such
     # window.
@@ -148,7 +147,7 @@ instrfn_x86_64_exit_pop:
     # no events: its entry is taken back. The exit event (here always a long one) is reserved
     # first, as always: while its first word is 0 the chunk is not all written, so it is never
     # committed and reused, however many chunks a signal handler fills meanwhile
-    # (src/collector.rs `retire`) — every load and store below stays inside it. Then, if the
+    # (src/trace/collector.rs `retire`) — every load and store below stays inside it. Then, if the
     # event before ours is our entry (a long one at -16, or a short one at -8: the first event
     # of a chunk finds the header's zero words there) and the call was short, the entry's
     # words are zeroed and the position moved back over both with a cmpxchg that fails if a

@@ -1,5 +1,5 @@
-# instrfn trampolines for x86_64: Ways into the runtime: the guarded routine every Rust entry point runs through, the
-# XSAVE probe, this thread's Tls and a call on another stack.
+# instrfn trampolines for x86_64, ways into the runtime: the guarded routine every Rust entry point
+# runs through, the XSAVE probe, this thread's Tls and a call on another stack.
 
 # instrfn_x86_64_xsave_detect: fill instrfn_x86_64_xsave_mask/size.
 #   Called only from instrfn_x86_64_slow, which has saved everything: clobbers rax, rcx, rdx,
@@ -133,7 +133,7 @@ instrfn_tls_get:
 
 # instrfn_call_on_stack(f = %rdi, arg = %rsi, top = %rdx): calls f(arg) with the stack pointer at
 #   top (rounded down to 16), and returns f's %rax on the caller's stack. For the crash handler,
-#   which may run on a small alternate signal stack (src/crash.rs). An ordinary call otherwise:
+#   which may run on a small alternate signal stack (src/runtime/crash.rs). An ordinary call otherwise:
 #   clobbers what a call clobbers. Frame: %rbp holds the caller's stack pointer.
     .p2align 4
     .globl instrfn_call_on_stack

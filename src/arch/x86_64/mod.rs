@@ -1,11 +1,11 @@
 //! x86_64 (System V ABI): `mcount`/`_mcount` after the prologue (from_pc at `8(%rbp)`) and
 //! `__fentry__` before it (from_pc at `8(%rsp)`). The routines and their register contracts are
-//! in `asm/x86_64.s`.
+//! in `src/arch/x86_64/`.
 
 pub mod sled;
 
-// The trampolines, then the XRay trampolines (src/xray.rs patches sleds to reach them), as one
-// block: asm/x86_64-xray.s uses asm/x86_64.s's trace macros (SCRATCH_SAVE, SCRATCH_RESTORE,
+// The trampolines, then the XRay trampolines (src/xray/ patches sleds to reach them), as one
+// block: src/arch/x86_64/xray.s uses src/arch/x86_64/'s trace macros (SCRATCH_SAVE, SCRATCH_RESTORE,
 // TIMESTAMP, TRACE_EVENT, SHADOW_RESERVE, SHADOW_RELEASE, SHADOW_POP) and this one
 // operand list.
 trampoline_asm!("base.s" + "events.s" + "counting.s" + "exit.s" + "guarded.s" + "xray.s", att_syntax;
@@ -14,14 +14,14 @@ trampoline_asm!("base.s" + "events.s" + "counting.s" + "exit.s" + "guarded.s" + 
     EV_CALL_FN_OFFSET = const crate::abi::format::EV_CALL_FN_OFFSET,
 );
 
-/// `naked_asm!` in AT&T syntax, like asm/x86_64.s.
+/// `naked_asm!` in AT&T syntax, like src/arch/x86_64/.
 macro_rules! naked {
     ($($t:tt)*) => { core::arch::naked_asm!($($t)*, options(att_syntax)) };
 }
 
 entry_point! {
     /// `mcount`: called by `gcc -pg` and rustc `-Zinstrument-mcount` code after the prologue.
-    /// ABI here: every register preserved (see `FAST_PATH` in asm/x86_64.s).
+    /// ABI here: every register preserved (see `FAST_PATH` in src/arch/x86_64/).
     mcount => "jmp instrfn_x86_64_mcount"
 }
 entry_point! {
@@ -61,7 +61,7 @@ unsafe extern "C" {
 }
 
 /// A second word that holds a replaced return address for a while (none here: see
-/// asm/s390x.s's [`second_slot`](crate::arch::second_slot)).
+/// src/arch/s390x/'s [`second_slot`](crate::arch::second_slot)).
 pub fn second_slot(_slot: usize) -> Option<usize> {
     None
 }
@@ -72,7 +72,7 @@ pub fn exit_trampoline() -> usize {
 }
 
 /// The body of a naked function that continues at `$f` with every register as it came.
-#[allow(unused_macros)] // only glibc targets have wrappers (src/interpose.rs)
+#[allow(unused_macros)] // only glibc targets have wrappers (src/runtime/interpose.rs)
 macro_rules! tail_call {
     ($f:path) => {
         naked!(".cfi_startproc", "jmp {f}", ".cfi_endproc", f = sym $f)
@@ -83,8 +83,8 @@ macro_rules! tail_call {
 /// (an ordinary call, the caller's first three argument registers passed on as they came), then
 /// continues at the function it returns with every argument register, the stack and the return
 /// address as the caller left them: the function it jumps to sees the original caller, as if
-/// called from there (the dlopen wrappers, src/interpose.c).
-#[allow(unused_macros)] // only glibc targets have wrappers (src/interpose.rs)
+/// called from there (the dlopen wrappers, src/runtime/interpose.c).
+#[allow(unused_macros)] // only glibc targets have wrappers (src/runtime/interpose.rs)
 macro_rules! routed_jump {
     ($route:path) => {
         naked!(
@@ -134,8 +134,8 @@ pub const UC_PC_OFFSET: usize = 168;
 pub fn forget_sites(_lo: usize, _hi: usize) {}
 
 /// Whether the exit trampoline takes back the entries of calls shorter than
-/// INSTRFN_MIN_DURATION (asm/x86_64.s `.Lexit_short`; the threshold is set by
-/// [`set_min_ticks`](crate::arch::set_min_ticks)).
+/// INSTRFN_MIN_DURATION (src/arch/x86_64/ `.Lexit_short`; the threshold is set by
+/// [`set_min_ticks`](crate::abi::set_min_ticks)).
 pub const MIN_DURATION_SUPPORTED: bool = true;
 
 /// Whether trace mode may replace the return address `ret` with the exit trampoline (else the

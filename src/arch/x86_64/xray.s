@@ -1,8 +1,8 @@
 # instrfn XRay trampolines for x86_64 Linux (System V ABI), AT&T syntax: where patched XRay
-# sleds lead (src/xray.rs patches them; asm/x86_64.s is the annotated reference for the event
+# sleds lead (src/xray/ patches them; src/arch/x86_64/ is the annotated reference for the event
 # and shadow stack protocol, which these follow exactly), and the C-ABI entries that
-# instrfn-xray's compiler-rt handler continues in. Assembled by src/arch/x86_64.rs in one
-# global_asm! block after asm/x86_64.s, whose operands (its header lists them) and trace macros
+# instrfn-xray's compiler-rt handler continues in. Assembled by src/arch/x86_64/mod.rs in one
+# global_asm! block after src/arch/x86_64/, whose operands (its header lists them) and trace macros
 # this file uses: SCRATCH_SAVE/SCRATCH_RESTORE (the red zone), TIMESTAMP and TRACE_EVENT
 # (events), SHADOW_RESERVE, SHADOW_RELEASE and SHADOW_POP (shadow entries). Of the
 # gmon layout nothing is used here: XRay sleds are patched in trace mode only.
@@ -23,14 +23,13 @@
 #
 # The trampolines find the id from their return address: 9 bytes before it, in the test's
 # immediate (entry, tail: shifted right by 8), or 1 byte after it, behind the sled's `ret`
-# (exit); ids up to 2^24 - 1 (src/xray.rs refuses objects with more functions). They return
+# (exit); ids up to 2^24 - 1 (crate::xray refuses objects with more functions). They return
 # with a plain `ret` into the sled, so every call is matched by its return (the CPU's
 # return-address predictor stays right), and at an exit the sled's own `ret` then leaves the
 # function. No form moves %rsp before its call: at every instruction boundary of a patched
 # sled the function's own unwind information is still true, so an unwinder started by a
 # signal handler that lands there (a sampling profiler's backtrace) reads the real return
-# address. (The form before this one pushed the id first, and such an unwinder took the pushed
-# word for a return address: tests/fixtures/c/sweep.c.)
+# address (tests/fixtures/c/sweep.c checks it).
 # <stub>, on a page within rel32 reach of the object's code, is
 #   movabs $table, %r11 ; jmp *<trampoline>
 # and table is the object's id -> function address array (8 bytes each, index = id; bit 63:
@@ -52,9 +51,8 @@
 # trampoline's own %rsp (-8 .. -56: see each routine), as FAST_PATH does: at an entry sled the
 # function has not used its own red zone yet, at an exit or tail sled it has no more use for
 # it, and the kernel never writes signal frames into it. Everything else (vector, x87 and AVX
-# state included) is untouched by the fast paths and saved whole by instrfn_x86_64_slow (or
-# its twin instrfn_x86_64_slow_pop8, which XRay no longer needs), which every slow path goes
-# through: entry: the argument
+# state included) is untouched by the fast paths and saved whole by instrfn_x86_64_slow, which
+# every slow path goes through: entry: the argument
 # registers (rdi, rsi, rdx, rcx, r8, r9, xmm0-7 and their upper halves) and rax (the
 # vector-register count of a variadic call); exit: rax, rdx, xmm0, xmm1 and the x87 stack;
 # tail call: the argument registers of the call that follows.
