@@ -3,6 +3,7 @@
 //! A malformed value prints one line naming the variable and the accepted values, and that
 //! setting keeps its default; the program runs on undisturbed. In secure mode (setuid and the
 //! like) the environment is ignored, as glibc ignores GMON_OUT_PREFIX there.
+//! docs/configuration.md describes every variable. Uses `base` and `sys`.
 
 use core::ffi::{CStr, c_int};
 

@@ -15,7 +15,8 @@
 //! children inherit. The exec wrappers (src/runtime/interpose.c) pass `INSTRFN_TREE=<root
 //! pid>:<pid>.<k>` to the image they start when this image has written a profile, so the next
 //! image of the pid numbers itself k. A child spawned with an environment of its own
-//! (posix_spawn, execve with an envp) gets the marker added by the wrappers.
+//! (posix_spawn, execve with an envp) gets the marker added by the wrappers. Uses `base` and
+//! `sys`.
 
 use core::ffi::c_char;
 use core::fmt::Write as _;

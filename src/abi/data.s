@@ -1,7 +1,7 @@
-# Data every architecture's trampolines share, assembled once for all of them (src/arch/mod.rs).
+# Data every architecture's trampolines share, assembled once for all of them (src/abi/mod.rs).
 # Architecture-neutral directives only: `%` type prefixes (`@` starts a comment on aarch64).
 
-# This thread's Tls block (src/thread.rs): {TLS_BYTES} bytes of initial-exec TLS.
+# This thread's Tls block (src/abi/tls.rs): {TLS_BYTES} bytes of initial-exec TLS.
     .section .tbss,"awT",%nobits
     .p2align 6
     .globl instrfn_tls
@@ -109,7 +109,7 @@ instrfn_all_signals:
 # What the exit trampolines' return pads' unwind info reads (src/arch/<arch>/, through a pc-relative
 # word before each pad): the address of the thread registry's head (until trace mode starts: of
 # the zero word, so an early walk finds no block), the bytes of one shadow stack mapping, and a
-# zero word (the return address of 0 where nothing is found). Set by src/arch/mod.rs
+# zero word (the return address of 0 where nothing is found). Set by src/abi/mod.rs
 # set_shadow_registry.
     .data
     .p2align 3
