@@ -69,7 +69,13 @@ scripts/instrument-flags mcount >/dev/null || die "nightly rustc cannot instrume
 say "building the runtime (stable): host, musl, aarch64, riscv64, s390x"
 cargo build --release --locked
 for t in "${stable_targets[@]}"; do
-    cargo build --release --locked --target "$t" -p instrfn -p instrfn-preload
+    if [ "$t" = aarch64-unknown-linux-gnu ]; then
+        # The whole workspace, as a user cross-building types it: its libinstrfn.so must link
+        # libc whatever features the CLI's dependencies turn on (tests/linking.rs).
+        cargo build --release --locked --target "$t"
+    else
+        cargo build --release --locked --target "$t" -p instrfn -p instrfn-preload
+    fi
 done
 # The benchmarks check that their calls are counted before they time anything: run those
 # checks (criterion's --test mode runs each benchmark once).

@@ -47,6 +47,14 @@ pub use runtime::api::{
     moncontrol, monstartup,
 };
 
+// libc, linked by name whatever features other packages of a build turn on in the `libc` crate:
+// with its `std` feature it emits no link attribute (std links libc), and a no_std cdylib
+// (libinstrfn.so) would then need no libc.so.6, leaving every libc symbol unversioned and
+// glibc's libc_nonshared.a (pthread_atfork) out. A static libc is linked by the final link.
+#[cfg(all(target_os = "linux", not(target_feature = "crt-static")))]
+#[link(name = "c")]
+unsafe extern "C" {}
+
 /// Whether this build has trampolines for the target architecture.
 pub const SUPPORTED: bool = arch::SUPPORTED;
 
