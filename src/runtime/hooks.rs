@@ -153,8 +153,7 @@ extern "C" fn module_closed(state: *mut c_void) {
     if let Some(rt) = started()
         && objects::find_shared_object(m.bias, m.path()).is_none()
     {
-        let lo = m.segments().iter().map(|s| s.start).min().unwrap_or(0);
-        let hi = m.segments().iter().map(|s| s.end).max().unwrap_or(0);
+        let (lo, hi) = m.code_range();
         arch::forget_sites(lo, hi);
         output::after_unload(&rt.config, m);
     }

@@ -157,6 +157,18 @@ impl Module {
         &self.segments[..self.count]
     }
 
+    /// The lowest address of the module's code: what identifies a loaded object while it is
+    /// loaded (None without code).
+    pub fn code_start(&self) -> Option<usize> {
+        self.segments().iter().map(|s| s.start).min()
+    }
+
+    /// `[lowest, highest)` address of the module's code (0, 0 without code).
+    pub fn code_range(&self) -> (usize, usize) {
+        let hi = self.segments().iter().map(|s| s.end).max().unwrap_or(0);
+        (self.code_start().unwrap_or(0), hi)
+    }
+
     /// The object's program headers in memory (the loader's, or the kernel's AT_PHDR): only
     /// while the object is loaded; empty if unknown.
     pub fn headers(&self) -> &[libc::Elf64_Phdr] {

@@ -66,7 +66,7 @@ pub fn note_opened() {
 /// The `module` lines of [`note_modules`].
 fn module_lines() {
     let note = |m: &objects::Module| {
-        let Some(lo) = m.segments().iter().map(|s| s.start).min() else {
+        let Some(lo) = m.code_start() else {
             return;
         };
         for k in &KNOWN {
@@ -88,7 +88,7 @@ pub fn module_unloaded(m: &objects::Module) {
     if !active() {
         return;
     }
-    let Some(lo) = m.segments().iter().map(|s| s.start).min() else {
+    let Some(lo) = m.code_start() else {
         return;
     };
     for k in &KNOWN {
@@ -105,8 +105,7 @@ pub fn module_unloaded(m: &objects::Module) {
 /// 4 KiB of its file). A relative loader path is made absolute with the working directory of
 /// now (the reader may run elsewhere).
 fn module_line(m: &objects::Module) {
-    let lo = m.segments().iter().map(|s| s.start).min().unwrap_or(0);
-    let hi = m.segments().iter().map(|s| s.end).max().unwrap_or(0);
+    let (lo, hi) = m.code_range();
     let mut line = MetaLine::new();
     let _ = write!(line.buf, "module {:#x} {lo:#x} {hi:#x}", m.bias);
     let mut path = StackBuf::<{ objects::MAX_PATH + 1100 }>::new();

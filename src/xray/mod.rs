@@ -302,7 +302,7 @@ pub fn note(wait: bool) {
     // dlclose, so never forgotten); another object may now be where it was.
     let mut seen = [false; MAX_OBJECTS];
     let mut look = |m: &Module| {
-        let Some(lo) = m.segments().iter().map(|s| s.start).min() else {
+        let Some(lo) = m.code_start() else {
             return;
         };
         if let Some(i) = reg.objects.iter().position(|o| o.lo == lo) {
