@@ -14,7 +14,9 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use crate::{Error, Kind, Process};
+use crate::error::Error;
+use crate::event::Kind;
+use crate::process::Process;
 
 /// How a call ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -27,7 +27,11 @@ use std::path::PathBuf;
 
 use object::{Object, ObjectSection, ObjectSymbol};
 
-use crate::{Error, Module, Process, error};
+use crate::endian::u64_at;
+use crate::error::{Error, error};
+use crate::identity;
+use crate::meta::Module;
+use crate::process::Process;
 
 /// Bytes per map entry on 64-bit targets.
 const ENTRY: usize = 32;
@@ -75,13 +79,10 @@ impl InstrMap {
     /// The map of the file of module `m` (checked against the identity recorded for it).
     pub fn read(m: &Module) -> Result<InstrMap, Error> {
         let path = &m.path;
-        let data = std::fs::read(path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => error(path, "gone (no such file)"),
-            _ => error(path, format!("cannot be read ({e})")),
-        })?;
+        let data = identity::read(path).map_err(|why| error(path, why))?;
         let file = object::File::parse(&*data).map_err(|_| error(path, "not an ELF file"))?;
         if let Some(id) = &m.identity
-            && let Some(why) = crate::symbols::differs(id, path, &data, &file)
+            && let Some(why) = identity::differs(id, path, &data, &file)
         {
             return Err(error(path, why));
         }
@@ -185,14 +186,6 @@ pub fn parse(
             bytes.len()
         ));
     }
-    let word = |b: &[u8]| {
-        let a: [u8; 8] = b.try_into().expect("8 bytes");
-        if little_endian {
-            u64::from_le_bytes(a)
-        } else {
-            u64::from_be_bytes(a)
-        }
-    };
     let mut out: Vec<(u64, i32)> = Vec::new();
     let mut current: Option<u64> = None;
     let mut id = 0i32;
@@ -203,7 +196,7 @@ pub fn parse(
             return Err(format!("entry {i} has an unknown kind {kind}"));
         }
         let version = e[18];
-        let mut function = word(&e[8..16]);
+        let mut function = u64_at(e, 8, little_endian);
         if version >= 2 {
             function = function.wrapping_add(at + 8);
         } else if function == 0 {
