@@ -96,6 +96,15 @@ impl Process {
         self.threads.iter().filter(move |t| t.slot == slot)
     }
 
+    /// How many threads the `thread` lines name (distinct tids).
+    pub fn thread_count(&self) -> usize {
+        self.threads
+            .iter()
+            .map(|t| t.tid)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+    }
+
     /// The tid that wrote a slot's events first (from its first chunk), if any.
     pub fn first_tid(&self, slot: u32) -> Option<u32> {
         self.chunks
