@@ -1,6 +1,6 @@
 //! `instrfn export --format chrome`: a trace as Chrome trace-event JSON (Perfetto,
-//! chrome://tracing), complete events written as calls end, so memory grows with the deepest
-//! stack, never with the number of events. Uses filter, names and sink.
+//! chrome://tracing). Each call is written as a complete event when it ends. So memory grows
+//! with the deepest stack, never with the number of events. Uses filter, names and sink.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;

@@ -1,8 +1,7 @@
-//! `instrfn export`: a trace as a Chrome trace-event timeline (the `chrome` module), as folded
-//! stacks of self time or a flame graph SVG (`folded`), or as an XRay log (`xray`). This
-//! module holds the command's arguments and picks the format. Output goes through a [`Sink`]:
-//! a failed export leaves no partial file behind. Uses chrome, folded, xray, filter, names
-//! and sink.
+//! `instrfn export`: a trace as a Chrome trace-event timeline (`chrome`), as folded stacks of
+//! self time or a flame graph SVG (`folded`), or as an XRay log (`xray`). This module holds the
+//! command's arguments and picks the format. Output goes through a [`Sink`], so a failed export
+//! leaves no partial file behind. Uses chrome, folded, xray, filter, names and sink.
 
 use std::path::PathBuf;
 use std::process::ExitCode;

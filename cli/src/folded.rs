@@ -1,7 +1,7 @@
-//! `instrfn export --format folded|svg`: self time summed per distinct stack, as folded
-//! stacks (flamegraph.pl, inferno, speedscope) or a flame graph SVG drawn with inferno. Memory
-//! grows with the number of distinct stacks, never with the number of events. Uses filter and
-//! names.
+//! `instrfn export --format folded|svg`: self time summed per distinct stack. The output is
+//! folded stacks (flamegraph.pl, inferno, speedscope), or a flame graph SVG drawn with inferno.
+//! Memory grows with the number of distinct stacks, never with the number of events. Uses
+//! filter and names.
 
 use std::collections::HashMap;
 

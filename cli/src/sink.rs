@@ -1,6 +1,6 @@
-//! Where a command's output goes: standard output, or a file written under a temporary name
-//! and renamed into place when complete (a failed command leaves no partial file). Holds the
-//! one message for a failed write. Uses nothing else of the crate.
+//! Where a command's output goes: standard output, or a file. A file is written under a
+//! temporary name and renamed into place when complete, so a failed command leaves no partial
+//! file. Also the one message for a failed write. Uses nothing else of the crate.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
-//! `instrfn export --format xray`: the trace as compiler-rt's basic-mode ("naive") XRay log,
-//! which `llvm-xray account|convert|stack|graph -instr_map BINARY` read as they read a log
-//! that compiler-rt wrote.
+//! `instrfn export --format xray`: the trace as compiler-rt's basic-mode ("naive") XRay log.
+//! `llvm-xray account|convert|stack|graph -instr_map BINARY` read it as they read a log that
+//! compiler-rt wrote.
 //!
 //! The file (compiler-rt `include/xray/xray_records.h`), little-endian:
 //! - a 32-byte header: version 3 (u16: the version basic mode writes, records carry the pid),
@@ -11,15 +11,17 @@
 //!   (u32), 8 bytes of zero.
 //!
 //! Function ids are those of the executable's instrumentation map (instrfn_trace::xray).
-//! Records are in time order over all threads (the threads' event streams merged by
-//! timestamp, one event per thread in memory at a time), which `llvm-xray account` needs
-//! without `convert --sort` (it rejects a record that goes back in time). Every
-//! thread's records nest (account and stack match an exit with the newest open entry of its
-//! thread): calls closed by unwinding, or left open under a call that returned (longjmp out of
-//! `-finstrument-functions` code, lost exits), end at the time the trace says they went; calls
-//! still open when a thread's events end (exit() called inside them, the process killed) end
-//! at the end of the trace, as `instrfn report` counts them; an entry recorded without exit is
-//! a call of length 0.
+//!
+//! Records are in time order over all threads: the threads' event streams are merged by
+//! timestamp, with one event per thread in memory at a time. `llvm-xray account` needs that
+//! order without `convert --sort`: it rejects a record that goes back in time.
+//!
+//! Every thread's records nest, since account and stack match an exit with the newest open
+//! entry of its thread. Calls closed by unwinding end at the time the trace says they went. So
+//! do calls left open under a call that returned (longjmp out of `-finstrument-functions`
+//! code, lost exits). Calls still open when a thread's events end (exit() called inside them,
+//! the process killed) end at the end of the trace, as `instrfn report` counts them. An entry
+//! recorded without exit is a call of length 0.
 //!
 //! Uses filter, names and sink.
 

@@ -1,7 +1,7 @@
-//! The events and staging files of one program image: both mapped, their chunks found by
-//! header and listed per slot in sequence order, and each event's raw words read
-//! (docs/trace-format.md, "Events and staging files"). Decoding the words is event.rs's work.
-//! Uses error and endian.
+//! The events and staging files of one program image (docs/trace-format.md, "Events and
+//! staging files"). Both are mapped. Their chunks are found by header and listed per slot, in
+//! sequence order. This module reads each event's raw words; event.rs decodes them. Uses error
+//! and endian.
 
 use std::path::{Path, PathBuf};
 

@@ -1,5 +1,5 @@
-//! Events: what each kind means, and the words of one slot's chunks decoded into events in
-//! the order they were written (docs/trace-format.md: version 1 events, compact events, call
+//! Events: what each kind means, and one slot's events decoded from its chunks' words, in the
+//! order they were written (docs/trace-format.md: version 1 events, compact events, call
 //! words). Uses error and chunk.
 
 use instrfn_format::{

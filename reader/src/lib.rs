@@ -1,16 +1,16 @@
-//! Reads the trace directories that instrfn's trace mode writes (docs/trace-format.md, the
-//! format's one reader; its numbers come from `instrfn-format`): each program image's meta file
-//! (text) and events and staging files (chunks of events, memory-mapped). The commands
-//! (`instrfn dump`, `report`, `export`) build on this; nothing else knows the format.
+//! Reads the trace directories that instrfn's trace mode writes (docs/trace-format.md). It is
+//! the format's one reader; the format's numbers come from `instrfn-format`. Each program
+//! image has a meta file (text), and an events file and a staging file (chunks of events,
+//! memory-mapped). The commands (`instrfn dump`, `report`, `export`) build on this crate.
 //!
 //! Bad input never panics: a missing, truncated, corrupt or future-version trace is an
 //! [`Error`] naming the file and the problem.
 //!
-//! Modules, bottom up: `error` and `endian`; `meta` (the meta file); `chunk` (the events and
-//! staging files' chunks); `event` (events decoded); `process` (one image's model); `trace`
-//! (a directory). Above them: `calls` (events matched into calls), `stats` (per-function
-//! statistics), `identity` (is a module's file still the one traced), `symbols` (names and
-//! lines), `xray` (XRay function ids).
+//! Modules, bottom up: `error` and `endian`; `meta` (the meta file); `chunk` (the chunks of
+//! the events and staging files); `event` (events decoded); `process` (one image's model);
+//! `trace` (a directory). Above them: `calls` (events matched into calls), `stats`
+//! (per-function statistics), `identity` (whether a module's file is still the one traced),
+//! `symbols` (names and lines), `xray` (XRay function ids).
 
 mod chunk;
 mod endian;

@@ -1,5 +1,5 @@
-//! The meta file of one program image (text, docs/trace-format.md "The meta file"): its lines
-//! parsed into the process's description, its clock, modules, threads and losses. Uses error.
+//! The meta file of one program image (docs/trace-format.md, "The meta file"). Its text lines
+//! are parsed into the process's description, clock, modules, threads and losses. Uses error.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,16 +1,16 @@
-//! Names and source lines of a process's functions: each runtime address is looked up in the
-//! module (the executable or a shared library, from the meta file's `module` lines) that held
-//! it at that time, load bias removed, in that file's ELF symbol tables; `file:line` of a
-//! function's start comes from its DWARF line table (addr2line).
+//! Names and source lines of a process's functions. Each runtime address is looked up in the
+//! module that held it at that time (the executable or a shared library, from the meta file's
+//! `module` lines). The load bias is removed, and the address found in that file's ELF symbol
+//! tables. The `file:line` of a function's start comes from its DWARF line table (addr2line).
 //!
-//! A module's file is used only if it is still the file that was loaded: the identity the
-//! runtime recorded (build-id when the file and the record both have one; else size,
-//! modification time and a hash of the first 4 KiB) must match, and the file must be for the
-//! executable's machine (a trace recorded under qemu-user names guest paths, `/lib/libc.so.6`,
-//! which on the host can be the host's own, different, library). Otherwise the module's
-//! addresses stay unresolved and its [`Problem`] says why.
+//! A module's file is used only if it is still the file that was loaded. The identity the
+//! runtime recorded must match (see identity.rs). The file must also be for the executable's
+//! machine: a trace recorded under qemu-user names guest paths such as `/lib/libc.so.6`, which
+//! on the host can be the host's own, different, library. Otherwise the module's addresses
+//! stay unresolved, and its [`Problem`] says why.
 //!
-//! Files are read when an address first needs them, not before.
+//! Files are read when an address first needs them, not before. Uses identity, meta and
+//! process.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,7 +1,7 @@
-//! XRay function ids of a traced executable: its instrumentation map (section
-//! `xray_instr_map`, written by clang `-fxray-instrument` and rustc `-Zinstrument-xray`), read
-//! the way compiler-rt's runtime and `llvm-xray` number functions, so that a log written with
-//! these ids reads back in `llvm-xray account|convert|stack -instr_map BINARY`.
+//! XRay function ids of a traced executable, from its instrumentation map (section
+//! `xray_instr_map`, written by clang `-fxray-instrument` and rustc `-Zinstrument-xray`).
+//! Functions are numbered as compiler-rt's runtime and `llvm-xray` number them. So a log
+//! written with these ids reads back in `llvm-xray account|convert|stack -instr_map BINARY`.
 //!
 //! The map: entries of 32 bytes on 64-bit targets, in the file's byte order —
 //!
@@ -15,12 +15,15 @@
 //! | 19 | 13 | padding |
 //!
 //! Version 2 (LLVM 12 and later) stores both addresses relative to the place of their own
-//! field (sled: the entry's offset 0; function: its offset 8); versions 0 and 1 store them
-//! absolute, which in a position-independent executable means zero in the file and a
-//! `R_*_RELATIVE` dynamic relocation giving the value. Function ids count from 1 in map order:
-//! the id goes up by one at every entry whose function differs from the entry before (the sleds
-//! of one function are contiguous; a function whose sleds were not would get two ids, and the
-//! later one is what an address maps to, as in `llvm-xray`).
+//! field (sled: the entry's offset 0; function: its offset 8). Versions 0 and 1 store them
+//! absolute. In a position-independent executable that means zero in the file, and an
+//! `R_*_RELATIVE` dynamic relocation gives the value.
+//!
+//! Function ids count from 1 in map order. The id goes up by one at every entry whose function
+//! differs from the entry before: the sleds of one function are contiguous. A function whose
+//! sleds were not would get two ids; an address maps to the later one, as in `llvm-xray`.
+//!
+//! Uses endian, error, identity, meta and process.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
