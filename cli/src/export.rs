@@ -57,6 +57,7 @@ pub enum ExportFormat {
 
 /// Progress on a terminal (silent otherwise), in events.
 fn progress(trace: &Trace) -> indicatif::ProgressBar {
+    // An estimate: 16 bytes per event (a short event has 8).
     let total: u64 = trace.processes.iter().map(|p| p.event_bytes() / 16).sum();
     let bar = indicatif::ProgressBar::with_draw_target(
         Some(total),
