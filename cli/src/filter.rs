@@ -1,7 +1,9 @@
-//! The filters `instrfn report` and `instrfn export` share, and the duration syntax they use.
+//! What `instrfn report` and `instrfn export` select: the processes (`--pid`) and the calls
+//! (the filters), and the duration syntax the filters use. Uses nothing else of the crate.
 
 use clap::Args;
 use instrfn_trace::calls::{AddrMap, Call};
+use instrfn_trace::{Clock, Process, Trace};
 
 /// Which calls count (every filter must let a call through).
 #[derive(Args, Debug, Clone, Default)]
@@ -122,15 +124,9 @@ impl Filter {
         self.tids.is_empty() || self.tids.contains(&tid)
     }
 
-    /// Whether `c` counts. `start_ns`: the process's start (ns, its clock); `ns_per_tick` its
-    /// rate; `name` resolves a function address (called once per address).
-    pub fn keep(
-        &mut self,
-        c: &Call,
-        start_ns: f64,
-        ns_of: impl Fn(u64) -> f64,
-        name: impl FnOnce(u64) -> String,
-    ) -> bool {
+    /// Whether `c` counts. `clock`: its process's; `name` resolves a function address (called
+    /// once per address).
+    pub fn keep(&mut self, c: &Call, clock: &Clock, name: impl FnOnce(u64) -> String) -> bool {
         if !self.thread(c.tid) {
             return false;
         }
@@ -138,7 +134,8 @@ impl Filter {
             return false;
         }
         if self.min_ns.is_some() || self.range.is_some() {
-            let (a, b) = (ns_of(c.start) - start_ns, ns_of(c.end) - start_ns);
+            let start_ns = clock.ns(clock.start.0);
+            let (a, b) = (clock.ns(c.start) - start_ns, clock.ns(c.end) - start_ns);
             if self.min_ns.is_some_and(|m| b - a < m) {
                 return false;
             }
@@ -158,6 +155,23 @@ impl Filter {
                 && !exclude.iter().any(|p| p.matches(&n))
         })
     }
+}
+
+/// The processes of `trace` with pid `pid` (every image it ran), or all.
+pub fn processes(trace: &Trace, pid: Option<u32>) -> Result<Vec<&Process>, String> {
+    let procs: Vec<&Process> = trace
+        .processes
+        .iter()
+        .filter(|p| pid.is_none_or(|pid| p.pid == pid))
+        .collect();
+    if procs.is_empty() {
+        return Err(format!(
+            "{}: no process {} in this trace",
+            trace.dir.display(),
+            pid.unwrap_or(0)
+        ));
+    }
+    Ok(procs)
 }
 
 /// A duration for people: `850 ns`, `12.3 µs`, `4.56 ms`, `7.89 s`.

@@ -1,6 +1,7 @@
-//! Function names (and with `--lines` their source lines) of one process, for `instrfn report`,
-//! `export` and `dump`; and the one-line warning for a module whose file cannot be used any
-//! more (gone, changed since recording, another machine's), said once per module.
+//! Function names of one process (and with `--lines` their source lines), for `instrfn
+//! report`, `export` and `dump`. Also the one-line warning for a module whose file cannot be
+//! used any more (gone, changed since recording, another machine's). It is said once per
+//! module, above the progress bar if one is drawn. Uses nothing else of the crate.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;

@@ -1,5 +1,5 @@
 //! `instrfn report`: per function, calls, total and self time, and the distribution of call
-//! durations, from a trace.
+//! durations, from a trace; a text table or JSON. Uses filter, names and sink.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -11,8 +11,9 @@ use instrfn_trace::calls::{AddrMap, Call, Visitor, trace_end, walk};
 use instrfn_trace::stats::{Collect, FuncStats};
 use instrfn_trace::{Process, SourceLine, Trace};
 
-use crate::filter::{Filter, FilterArgs, human};
+use crate::filter::{Filter, FilterArgs, human, processes};
 use crate::names::Names;
+use crate::sink::write_error;
 
 #[derive(Args, Debug)]
 pub struct ReportArgs {
@@ -67,7 +68,6 @@ pub enum Format {
 struct Filtered<'a> {
     filter: Filter,
     collect: Collect,
-    start_ns: f64,
     p: &'a Process,
     names: &'a Names,
 }
@@ -75,12 +75,7 @@ struct Filtered<'a> {
 impl Visitor for Filtered<'_> {
     fn call(&mut self, c: &Call, stack: &[u64]) {
         let (p, names) = (self.p, self.names);
-        if !self.filter.keep(
-            c,
-            self.start_ns,
-            |t| p.clock.ns(t),
-            |f| names.name(f, c.start),
-        ) {
+        if !self.filter.keep(c, &p.clock, |f| names.name(f, c.start)) {
             return;
         }
         self.collect.call(c, stack);
@@ -122,18 +117,7 @@ pub struct Report {
 
 /// Walks every selected slot of every selected process (in parallel), then merges by name.
 pub fn build(trace: &Trace, a: &ReportArgs) -> Result<Report, String> {
-    let procs: Vec<&Process> = trace
-        .processes
-        .iter()
-        .filter(|p| a.pid.is_none_or(|pid| p.pid == pid))
-        .collect();
-    if procs.is_empty() {
-        return Err(format!(
-            "{}: no process {} in this trace",
-            trace.dir.display(),
-            a.pid.unwrap_or(0)
-        ));
-    }
+    let procs = processes(trace, a.pid)?;
     let names: Vec<Names> = procs
         .iter()
         .map(|p| Names::of(p, !a.no_demangle, a.lines))
@@ -163,7 +147,6 @@ pub fn build(trace: &Trace, a: &ReportArgs) -> Result<Report, String> {
                         let mut v = Filtered {
                             filter: Filter::new(&a.filter),
                             collect: Collect::new(p.clock.ns_per_tick()),
-                            start_ns: p.clock.ns(p.clock.start.0),
                             p,
                             names: &names[i],
                         };
@@ -189,11 +172,10 @@ pub fn build(trace: &Trace, a: &ReportArgs) -> Result<Report, String> {
             events += ev;
             orphan_exits += orphans;
             let p = procs[i];
-            for (tid, (lo, hi)) in &collect.spans {
+            for (lo, hi) in collect.spans.values() {
                 let s = spans.entry(i).or_insert((f64::MAX, f64::MIN));
                 s.0 = s.0.min(p.clock.ns(*lo));
                 s.1 = s.1.max(p.clock.ns(*hi));
-                let _ = tid;
             }
             for (tid, funcs) in collect.by_thread {
                 let m = per.entry((i, tid)).or_default();
@@ -238,16 +220,7 @@ pub fn build(trace: &Trace, a: &ReportArgs) -> Result<Report, String> {
     if a.limit > 0 {
         rows.truncate(a.limit);
     }
-    let threads = procs
-        .iter()
-        .map(|p| {
-            p.threads
-                .iter()
-                .map(|t| t.tid)
-                .collect::<std::collections::BTreeSet<_>>()
-                .len()
-        })
-        .sum();
+    let threads = procs.iter().map(|p| p.thread_count()).sum();
     // The trace's span: each process from its first clock pair to its end (or last event).
     let mut lo = f64::MAX;
     let mut hi = f64::MIN;
@@ -318,7 +291,7 @@ pub fn run(a: &ReportArgs) -> Result<ExitCode, String> {
     };
     out.write_all(text.as_bytes())
         .and_then(|_| out.flush())
-        .map_err(|e| crate::export::write_error("standard output", e))?;
+        .map_err(|e| write_error("standard output", e))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,6 +1,6 @@
-//! `instrfn export --format xray`: the trace as compiler-rt's basic-mode ("naive") XRay log,
-//! which `llvm-xray account|convert|stack|graph -instr_map BINARY` read as they read a log
-//! that compiler-rt wrote.
+//! `instrfn export --format xray`: the trace as compiler-rt's basic-mode ("naive") XRay log.
+//! `llvm-xray account|convert|stack|graph -instr_map BINARY` read it as they read a log that
+//! compiler-rt wrote.
 //!
 //! The file (compiler-rt `include/xray/xray_records.h`), little-endian:
 //! - a 32-byte header: version 3 (u16: the version basic mode writes, records carry the pid),
@@ -11,15 +11,19 @@
 //!   (u32), 8 bytes of zero.
 //!
 //! Function ids are those of the executable's instrumentation map (instrfn_trace::xray).
-//! Records are in time order over all threads (the threads' event streams merged by
-//! timestamp, one event per thread in memory at a time), which `llvm-xray account` needs
-//! without `convert --sort` (it rejects a record that goes back in time). Every
-//! thread's records nest (account and stack match an exit with the newest open entry of its
-//! thread): calls closed by unwinding, or left open under a call that returned (longjmp out of
-//! `-finstrument-functions` code, lost exits), end at the time the trace says they went; calls
-//! still open when a thread's events end (exit() called inside them, the process killed) end
-//! at the end of the trace, as `instrfn report` counts them; an entry recorded without exit is
-//! a call of length 0.
+//!
+//! Records are in time order over all threads: the threads' event streams are merged by
+//! timestamp, with one event per thread in memory at a time. `llvm-xray account` needs that
+//! order without `convert --sort`: it rejects a record that goes back in time.
+//!
+//! Every thread's records nest, since account and stack match an exit with the newest open
+//! entry of its thread. Calls closed by unwinding end at the time the trace says they went. So
+//! do calls left open under a call that returned (longjmp out of `-finstrument-functions`
+//! code, lost exits). Calls still open when a thread's events end (exit() called inside them,
+//! the process killed) end at the end of the trace, as `instrfn report` counts them. An entry
+//! recorded without exit is a call of length 0.
+//!
+//! Uses filter, names and sink.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -28,9 +32,9 @@ use instrfn_trace::calls::{AddrMap, Call, End};
 use instrfn_trace::xray::InstrMap;
 use instrfn_trace::{Events, Kind, Module, Process};
 
-use crate::export::{ExportArgs, Sink};
-use crate::filter::Filter;
+use crate::filter::{Filter, FilterArgs};
 use crate::names::Names;
+use crate::sink::Sink;
 
 const RECORD: usize = 32;
 /// Basic mode's log version (2 added tail exits, 3 the pid in records).
@@ -46,8 +50,8 @@ pub struct Prepared<'a> {
 
 /// Reads the executable's instrumentation map; the processes must all be images of that one
 /// executable (llvm-xray reads one binary's map per log).
-pub fn prepare<'a>(procs: &[&'a Process], a: &ExportArgs) -> Result<Prepared<'a>, String> {
-    if a.filter.min_duration.is_some() || a.filter.time_range.is_some() {
+pub fn prepare<'a>(procs: &[&'a Process], filter: &FilterArgs) -> Result<Prepared<'a>, String> {
+    if filter.min_duration.is_some() || filter.time_range.is_some() {
         return Err(
             "--min-duration and --time-range do not apply to --format xray (a call's entry is \
              written before its end is read); --filter, --exclude, --depth and --tid do"
@@ -257,29 +261,28 @@ fn keep(pi: &ProcessIds, filter: &mut Filter, tid: u32, func: u64, ts: u64, dept
         how: End::Exit,
         outermost: true,
     };
-    filter.keep(
-        &call,
-        0.0,
-        |t| t as f64,
-        |f| pi.names.as_ref().map_or(String::new(), |n| n.name(f, ts)),
-    )
+    filter.keep(&call, &pi.p.clock, |f| {
+        pi.names.as_ref().map_or(String::new(), |n| n.name(f, ts))
+    })
 }
 
-/// Writes the log of `prepared` into `sink`.
+/// Writes the log of `prepared` into `sink`: the calls `filter` keeps (names demangled or not
+/// for its patterns).
 pub fn write(
     prepared: Prepared,
-    a: &ExportArgs,
+    filter: &FilterArgs,
+    demangle: bool,
     sink: &mut Sink,
     bar: &indicatif::ProgressBar,
 ) -> Result<(), String> {
     let Prepared { map, procs } = prepared;
-    let by_name = !a.filter.include.is_empty() || !a.filter.exclude.is_empty();
+    let by_name = !filter.include.is_empty() || !filter.exclude.is_empty();
     let mut ids: Vec<ProcessIds> = procs
         .iter()
         .map(|(p, m)| ProcessIds {
             p,
             module: m.clone(),
-            names: by_name.then(|| Names::of(p, !a.no_demangle, false)),
+            names: by_name.then(|| Names::of(p, demangle, false)),
             ids: AddrMap::default(),
             unmapped: AddrMap::default(),
         })
@@ -300,7 +303,7 @@ pub fn write(
         }
     }
     // A filter per process, as in the other exports (it decides names once per address).
-    let mut filters: Vec<Filter> = procs.iter().map(|_| Filter::new(&a.filter)).collect();
+    let mut filters: Vec<Filter> = procs.iter().map(|_| Filter::new(filter)).collect();
     let mut counts = Counts::default();
     let mut heap = BinaryHeap::new();
     for (i, s) in streams.iter_mut().enumerate() {
@@ -340,7 +343,7 @@ pub fn write(
         return Err(format!(
             "no calls of functions in {}'s XRay instrumentation map in this trace{}",
             map.path.display(),
-            if by_name || a.filter.depth.is_some() || !a.filter.tid.is_empty() {
+            if by_name || filter.depth.is_some() || !filter.tid.is_empty() {
                 " (or the filters left none)"
             } else {
                 ""

@@ -17,6 +17,13 @@ pub const CHUNK_MAGIC: &[u8; 8] = b"IFNCHNK1";
 /// The chunk version the runtime writes: 3, compact events and call words. Readers also take
 /// version 1 (16-byte events) and 2 (compact events without call words).
 pub const CHUNK_VERSION: u32 = 3;
+/// Chunk version 1: events of 16 bytes, the timestamp then `value << EV_WIDE_VALUE_SHIFT | kind`.
+pub const CHUNK_VERSION_WIDE: u32 = 1;
+pub const EV_WIDE_VALUE_SHIFT: usize = 4;
+/// The first chunk version with call words.
+pub const CHUNK_VERSION_CALLS: u32 = 3;
+/// Chunks start at multiples of this (the chunk size is a multiple of it).
+pub const CHUNK_ALIGN: usize = 4096;
 /// Where the chunk header keeps its fields (byte offsets).
 pub const HDR_VERSION: usize = 8;
 pub const HDR_SIZE: usize = 12;
@@ -44,6 +51,10 @@ pub const EV_THREAD: usize = 6;
 /// tag 3 always starts a long event (or is a call word).
 pub const EV_BYTES: usize = 16;
 pub const EV_SHORT_BYTES: usize = 8;
+/// The tag's width; a short event's time offset and a long event's kind start above it.
+pub const EV_TAG_BITS: usize = 2;
+/// Where a short event's function offset starts.
+pub const EV_SHORT_FN_SHIFT: usize = 32;
 pub const EV_TAG_ENTRY: usize = 1;
 pub const EV_TAG_EXIT: usize = 2;
 pub const EV_TAG_LONG: usize = 3;
@@ -61,6 +72,8 @@ pub const EV_CODE_HALF: u64 = 1 << 31;
 /// call's length in ticks (12 bits), f the function - code base - EV_CALL_FN_OFFSET (23 bits:
 /// 4 MiB on either side of the code base's middle).
 pub const EV_CALL_MARK: usize = 0x80;
+/// How many of the value's low bits a call word holds in its bits 6..2.
+pub const EV_CALL_LOW_BITS: usize = 5;
 pub const EV_CALL_T0_BITS: usize = 26;
 pub const EV_CALL_DUR_BITS: usize = 12;
 pub const EV_CALL_FN_BITS: usize = 23;
@@ -69,3 +82,6 @@ pub const EV_CALL_FN_OFFSET: u64 = EV_CODE_HALF - (1 << (EV_CALL_FN_BITS - 1));
 const _: () = assert!(EV_CALL_T0_BITS + EV_CALL_DUR_BITS + EV_CALL_FN_BITS == 61);
 const _: () = assert!(EV_CALL_T0_BITS <= EV_TIME_BITS);
 const _: () = assert!(HDR_CBASE + 8 <= CHUNK_HEADER);
+const _: () = assert!(EV_SHORT_FN_SHIFT == EV_TAG_BITS + EV_TIME_BITS);
+const _: () = assert!(EV_CALL_MARK == 1 << (EV_TAG_BITS + EV_CALL_LOW_BITS));
+const _: () = assert!(EV_LONG_SHIFT == EV_TAG_BITS + EV_CALL_LOW_BITS + 1);

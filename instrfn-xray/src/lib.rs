@@ -1,6 +1,6 @@
-//! instrfn's XRay handler: compiler-rt (linked by [`xray_sys`]) patches the executable's XRay
-//! sleds, and every patched entry, exit and tail exit becomes an event in instrfn's per-thread
-//! trace rings — the same events `-finstrument-functions` code makes — so `instrfn dump`,
+//! instrfn's XRay handler. compiler-rt (linked by [`xray_sys`]) patches the executable's XRay
+//! sleds. Every patched entry, exit and tail exit becomes an event in instrfn's per-thread
+//! trace rings: the same events `-finstrument-functions` code makes. So `instrfn dump`,
 //! `report` and `export` read the result as any other trace.
 //!
 //! ```no_run
@@ -13,18 +13,18 @@
 //! <triple>` and run it with `INSTRFN_MODE=trace` (or under `instrfn record`): the runtime is
 //! linked in as a dependency of this crate, as in instrfn's "A Rust program" route.
 //!
-//! The handler (asm/x86_64.s) is assembly: nothing on its path has sleds, even when the whole
-//! program — instrfn, this crate and xray-sys included — is compiled with `-Zinstrument-xray`.
-//! It maps compiler-rt's function id to the function's address through a table built once by
-//! [`install`] (or [`set_handler`]) from the executable's sled map, finds the instrumented
-//! function's frame at an offset above its own stack pointer (measured once on compiler-rt's
-//! trampolines: [`frame_offsets`]), then continues in the runtime's
+//! The handler (asm/x86_64.s) is assembly, so nothing on its path has sleds, even when the
+//! whole program (instrfn, this crate and xray-sys included) is compiled with
+//! `-Zinstrument-xray`. It maps compiler-rt's function id to the function's address through a
+//! table that [`install`] (or [`set_handler`]) builds once from the executable's sled map. It
+//! finds the instrumented function's frame at an offset above its own stack pointer, measured
+//! once on compiler-rt's trampolines ([`frame_offsets`]). Then it continues in the runtime's
 //! `instrfn_xray_handler_entry` / `instrfn_xray_handler_exit`, the fast paths of natively
-//! patched sleds: shadow entries for the frames, so that those a panic or an exception unwinds
-//! through are closed at the catch; they check the runtime's per-thread guard first (so calls
-//! the runtime's own instrumented code makes are ignored) and take no lock and no system call
-//! (the runtime's slow path, a thread's first event and each chunk switch, does, as in every
-//! mode).
+//! patched sleds. These make shadow entries for the frames, so that frames a panic or an
+//! exception unwinds through are closed at the catch. They check the runtime's per-thread
+//! guard first, so calls made by the runtime's own instrumented code are ignored. They take no
+//! lock and make no system call; the runtime's slow path (a thread's first event, each chunk
+//! switch) does, as in every mode.
 //!
 //! Limits: x86_64 only (elsewhere [`install`] returns [`Error::Unsupported`]); the executable
 //! only (compiler-rt patches no shared library); trace mode (in gmon mode the handler's calls
@@ -290,25 +290,13 @@ fn publish_table() -> Result<(), Error> {
     static BUILT: OnceLock<Result<(), Error>> = OnceLock::new();
     *BUILT.get_or_init(|| {
         let map = xray_sys::sled_map().ok_or(Error::NoSleds)?;
-        let functions = map.function_addresses();
+        let functions = map.functions();
         let mut table = vec![0usize; functions.len().max(xray_sys::max_function_id()) + 1];
-        // Ids as function_addresses numbers them; the flags from the kinds of each one's sleds.
-        let (mut id, mut last) = (0, 0);
-        for sled in map.iter() {
-            if sled.function != last {
-                id += 1;
-                last = sled.function;
-                table[id] = sled.function | EXITS_ONLY | NO_EXIT;
-            }
-            match sled.kind {
-                xray_sys::SledKind::Entry | xray_sys::SledKind::LogArgsEntry => {
-                    table[id] &= !EXITS_ONLY
-                }
-                xray_sys::SledKind::Exit | xray_sys::SledKind::Tail => table[id] &= !NO_EXIT,
-                _ => {}
-            }
+        for (entry, f) in table[1..].iter_mut().zip(&functions) {
+            *entry = f.address
+                | if f.has_entry { 0 } else { EXITS_ONLY }
+                | if f.has_exit { 0 } else { NO_EXIT };
         }
-        debug_assert_eq!(id, functions.len());
         let table: &'static mut [usize] = table.leak();
         // SAFETY: assembly (no sleds) that calls compiler-rt's trampolines and handler setter
         // with a handler of its own, before any of our sleds is patched (this runs once, before

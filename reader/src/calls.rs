@@ -1,20 +1,24 @@
-//! Calls from events: one thread slot's entry and exit events matched into calls, with
-//! their duration and self time, streamed to a [`Visitor`] in the order they end. What `instrfn
-//! report` and `instrfn export` are built on; memory is the deepest stack of a thread, not the
-//! length of the trace.
+//! Calls from events. One thread slot's entry and exit events are matched into calls, with
+//! their duration and self time. Calls go to a [`Visitor`] in the order they end. `instrfn
+//! report` and `instrfn export` build on this. Memory grows with a thread's deepest stack, not
+//! with the length of the trace.
 //!
-//! Matching: an exit closes the newest open call of its function. It is normally the newest
-//! call of all; when it is not (coroutines interleave calls on one thread, or events were
-//! lost), the calls above it stay open and close with their own exits. An exit that matches
-//! no open call (its entry was lost) is counted and otherwise ignored. `unwound` closes like an
-//! exit (the frame was left by longjmp, an exception or thread exit); an entry without exit is
-//! a call of unknown length. Calls still open at the end of the slot's events close at the end
-//! of the trace ([`End::Open`]).
+//! Matching: an exit closes the newest open call of its function. That is normally the newest
+//! call of all. When it is not (coroutines interleave calls on one thread, or events were
+//! lost), the calls above it stay open and close with their own exits. An exit that matches no
+//! open call (its entry was lost) is counted and otherwise ignored. `unwound` closes like an
+//! exit: the frame was left by longjmp, an exception or thread exit. An entry without exit is
+//! a call of unknown length. Calls still open when the slot's events end close at the end of
+//! the trace ([`End::Open`]).
+//!
+//! Uses error, event and process.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use crate::{Error, Kind, Process};
+use crate::error::Error;
+use crate::event::Kind;
+use crate::process::Process;
 
 /// How a call ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

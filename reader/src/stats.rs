@@ -1,7 +1,7 @@
-//! Per-function statistics of calls: exact counts, totals, minimum and maximum, and quantiles
-//! from a log-linear histogram whose buckets are at most 1/128 of their value wide (so a
-//! median or p99 read from it is within 0.4 % of a value in the bucket it names: under the
-//! 1 % the report promises).
+//! Per-function statistics of calls: exact counts, totals, minimum and maximum, and quantiles.
+//! Quantiles come from a log-linear histogram whose buckets are at most 1/128 of their value
+//! wide. So a median or p99 read from it is within 0.4 % of a value in the bucket it names,
+//! under the 1 % the report promises. Uses calls.
 
 use crate::calls::{AddrMap, Call, End, Visitor};
 

@@ -1,16 +1,16 @@
-//! Names and source lines of a process's functions: each runtime address is looked up in the
-//! module (the executable or a shared library, from the meta file's `module` lines) that held
-//! it at that time, load bias removed, in that file's ELF symbol tables; `file:line` of a
-//! function's start comes from its DWARF line table (addr2line).
+//! Names and source lines of a process's functions. Each runtime address is looked up in the
+//! module that held it at that time (the executable or a shared library, from the meta file's
+//! `module` lines). The load bias is removed, and the address found in that file's ELF symbol
+//! tables. The `file:line` of a function's start comes from its DWARF line table (addr2line).
 //!
-//! A module's file is used only if it is still the file that was loaded: the identity the
-//! runtime recorded (build-id when the file and the record both have one; else size,
-//! modification time and a hash of the first 4 KiB) must match, and the file must be for the
-//! executable's machine (a trace recorded under qemu-user names guest paths, `/lib/libc.so.6`,
-//! which on the host can be the host's own, different, library). Otherwise the module's
-//! addresses stay unresolved and its [`Problem`] says why.
+//! A module's file is used only if it is still the file that was loaded. The identity the
+//! runtime recorded must match (see identity.rs). The file must also be for the executable's
+//! machine: a trace recorded under qemu-user names guest paths such as `/lib/libc.so.6`, which
+//! on the host can be the host's own, different, library. Otherwise the module's addresses
+//! stay unresolved, and its [`Problem`] says why.
 //!
-//! Files are read when an address first needs them, not before.
+//! Files are read when an address first needs them, not before. Uses identity, meta and
+//! process.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,7 +18,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use object::{Object, ObjectSection, ObjectSymbol};
 
-use crate::{Identity, Module, Process};
+use crate::identity;
+use crate::meta::Module;
+use crate::process::Process;
 
 /// A symbol: start and end offset in its module (load bias removed), name.
 type SymbolRange = (u64, u64, String);
@@ -136,12 +138,9 @@ impl Symbols {
             data: None,
             lines: Mutex::new(Some(None)),
         };
-        let data = match std::fs::read(&m.path) {
+        let data = match identity::read(&m.path) {
             Ok(d) => d,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return failed("gone (no such file)".into());
-            }
-            Err(e) => return failed(format!("cannot be read ({e})")),
+            Err(why) => return failed(why),
         };
         let file = match object::File::parse(&*data) {
             Ok(f) => f,
@@ -157,7 +156,7 @@ impl Symbols {
             ));
         }
         if let Some(id) = &m.identity
-            && let Some(why) = differs(id, &m.path, &data, &file)
+            && let Some(why) = identity::differs(id, &m.path, &data, &file)
         {
             return failed(why);
         }
@@ -268,61 +267,6 @@ fn symbol(syms: &[SymbolRange], link: u64) -> Option<(u64, &str)> {
     (*size == 0 || link < start.saturating_add(*size)).then_some((*start, name.as_str()))
 }
 
-/// FNV-1a of the first 4 KiB, as the runtime hashes them (src/trace.rs).
-fn head_hash(data: &[u8]) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in &data[..data.len().min(4096)] {
-        hash = (hash ^ b as u64).wrapping_mul(0x100_0000_01b3);
-    }
-    format!("{hash:016x}")
-}
-
-/// Why the file `data` (at `path`) is not the one recorded as `id`, or None when it is (or
-/// the record cannot tell: the runtime could not read the file).
-pub(crate) fn differs(
-    id: &Identity,
-    path: &Path,
-    data: &[u8],
-    file: &object::File,
-) -> Option<String> {
-    let now = file.build_id().ok().flatten().map(|b| {
-        b.iter().fold(String::new(), |mut s, x| {
-            s.push_str(&format!("{x:02x}"));
-            s
-        })
-    });
-    if let (Some(then), Some(now)) = (&id.build_id, &now) {
-        return (then != now)
-            .then(|| "changed since the trace was recorded (another build-id)".to_string());
-    }
-    if id.size == 0 && id.mtime_ns == 0 {
-        return None;
-    }
-    let meta = std::fs::metadata(path).ok();
-    let mtime = meta.as_ref().map_or(0, |m| {
-        use std::os::unix::fs::MetadataExt;
-        (m.mtime() as u64)
-            .wrapping_mul(1_000_000_000)
-            .wrapping_add(m.mtime_nsec() as u64)
-    });
-    let mut what = Vec::new();
-    if data.len() as u64 != id.size {
-        what.push("size");
-    }
-    if mtime != id.mtime_ns {
-        what.push("modification time");
-    }
-    if !id.head_hash.eq_ignore_ascii_case(&head_hash(data)) {
-        what.push("first 4 KiB");
-    }
-    (!what.is_empty()).then(|| {
-        format!(
-            "changed since the trace was recorded (another {})",
-            what.join(", ")
-        )
-    })
-}
-
 /// The DWARF of a module: its own sections, else those of its separate debug file.
 fn dwarf_context(path: &Path, data: &[u8]) -> Option<addr2line::Context<Reader>> {
     let file = object::File::parse(data).ok()?;
@@ -396,7 +340,7 @@ fn debug_file(path: &Path, file: &object::File) -> Option<PathBuf> {
     if let Ok(Some(id)) = file.build_id()
         && id.len() > 1
     {
-        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = identity::hex(id);
         candidates.push(PathBuf::from(format!(
             "/usr/lib/debug/.build-id/{}/{}.debug",
             &hex[..2],

@@ -1,7 +1,7 @@
-//! XRay function ids of a traced executable: its instrumentation map (section
-//! `xray_instr_map`, written by clang `-fxray-instrument` and rustc `-Zinstrument-xray`), read
-//! the way compiler-rt's runtime and `llvm-xray` number functions, so that a log written with
-//! these ids reads back in `llvm-xray account|convert|stack -instr_map BINARY`.
+//! XRay function ids of a traced executable, from its instrumentation map (section
+//! `xray_instr_map`, written by clang `-fxray-instrument` and rustc `-Zinstrument-xray`).
+//! Functions are numbered as compiler-rt's runtime and `llvm-xray` number them. So a log
+//! written with these ids reads back in `llvm-xray account|convert|stack -instr_map BINARY`.
 //!
 //! The map: entries of 32 bytes on 64-bit targets, in the file's byte order —
 //!
@@ -15,19 +15,26 @@
 //! | 19 | 13 | padding |
 //!
 //! Version 2 (LLVM 12 and later) stores both addresses relative to the place of their own
-//! field (sled: the entry's offset 0; function: its offset 8); versions 0 and 1 store them
-//! absolute, which in a position-independent executable means zero in the file and a
-//! `R_*_RELATIVE` dynamic relocation giving the value. Function ids count from 1 in map order:
-//! the id goes up by one at every entry whose function differs from the entry before (the sleds
-//! of one function are contiguous; a function whose sleds were not would get two ids, and the
-//! later one is what an address maps to, as in `llvm-xray`).
+//! field (sled: the entry's offset 0; function: its offset 8). Versions 0 and 1 store them
+//! absolute. In a position-independent executable that means zero in the file, and an
+//! `R_*_RELATIVE` dynamic relocation gives the value.
+//!
+//! Function ids count from 1 in map order. The id goes up by one at every entry whose function
+//! differs from the entry before: the sleds of one function are contiguous. A function whose
+//! sleds were not would get two ids; an address maps to the later one, as in `llvm-xray`.
+//!
+//! Uses endian, error, identity, meta and process.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 
 use object::{Object, ObjectSection, ObjectSymbol};
 
-use crate::{Error, Module, Process, error};
+use crate::endian::u64_at;
+use crate::error::{Error, error};
+use crate::identity;
+use crate::meta::Module;
+use crate::process::Process;
 
 /// Bytes per map entry on 64-bit targets.
 const ENTRY: usize = 32;
@@ -75,13 +82,10 @@ impl InstrMap {
     /// The map of the file of module `m` (checked against the identity recorded for it).
     pub fn read(m: &Module) -> Result<InstrMap, Error> {
         let path = &m.path;
-        let data = std::fs::read(path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => error(path, "gone (no such file)"),
-            _ => error(path, format!("cannot be read ({e})")),
-        })?;
+        let data = identity::read(path).map_err(|why| error(path, why))?;
         let file = object::File::parse(&*data).map_err(|_| error(path, "not an ELF file"))?;
         if let Some(id) = &m.identity
-            && let Some(why) = crate::symbols::differs(id, path, &data, &file)
+            && let Some(why) = identity::differs(id, path, &data, &file)
         {
             return Err(error(path, why));
         }
@@ -185,14 +189,6 @@ pub fn parse(
             bytes.len()
         ));
     }
-    let word = |b: &[u8]| {
-        let a: [u8; 8] = b.try_into().expect("8 bytes");
-        if little_endian {
-            u64::from_le_bytes(a)
-        } else {
-            u64::from_be_bytes(a)
-        }
-    };
     let mut out: Vec<(u64, i32)> = Vec::new();
     let mut current: Option<u64> = None;
     let mut id = 0i32;
@@ -203,7 +199,7 @@ pub fn parse(
             return Err(format!("entry {i} has an unknown kind {kind}"));
         }
         let version = e[18];
-        let mut function = word(&e[8..16]);
+        let mut function = u64_at(e, 8, little_endian);
         if version >= 2 {
             function = function.wrapping_add(at + 8);
         } else if function == 0 {
