@@ -85,6 +85,11 @@ GMON_OUT_PREFIX=target/bench-gmon cargo bench --locked --bench trampoline -- --t
 # -- Tests ----------------------------------------------------------------------------------
 say "running the tests"
 cargo test --release --locked -- --test-threads=2
+# The runtime's unit tests on the other architectures (prologue decoders, call-site caches),
+# under qemu-user: .cargo/config.toml names the runners.
+for t in aarch64-unknown-linux-gnu riscv64gc-unknown-linux-gnu s390x-unknown-linux-gnu; do
+    cargo test --release --locked --target "$t" -p instrfn --lib
+done
 # The compiler-rt XRay packages are not default members (they need clang and compiler-rt):
 # their own tests (tests/xray_crt.rs, above, builds the fixture that links them).
 cargo test --release --locked -p xray-sys -p instrfn-xray -- --test-threads=2

@@ -453,7 +453,15 @@ mod tests {
         unsafe { libc::close(out.fd) };
 
         let me = std::env::current_exe().unwrap();
-        let gprof = std::process::Command::new("gprof")
+        // The gprof of this target (the tests of the other architectures run under qemu).
+        let gprof = match std::env::consts::ARCH {
+            "x86_64" => "gprof",
+            "aarch64" => "aarch64-linux-gnu-gprof",
+            "riscv64" => "riscv64-linux-gnu-gprof",
+            "s390x" => "s390x-linux-gnu-gprof",
+            other => panic!("no gprof known for {other}"),
+        };
+        let gprof = std::process::Command::new(gprof)
             .args(["-b", "-p"])
             .arg(&me)
             .arg(&path)
