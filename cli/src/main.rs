@@ -20,6 +20,7 @@ mod folded;
 mod names;
 mod record;
 mod report;
+mod runtime_lib;
 mod sink;
 mod xray;
 
@@ -50,7 +51,8 @@ enum Command {
         /// What to record.
         #[arg(long, value_enum, default_value_t = Mode::Trace)]
         mode: Mode,
-        /// The runtime to preload (default: libinstrfn.so next to this program).
+        /// The runtime to preload (default: libinstrfn.so next to this program, else the one
+        /// built into it, written once to ~/.cache/instrfn).
         #[arg(long)]
         preload: Option<PathBuf>,
         /// The program and its arguments.

@@ -1,5 +1,6 @@
 //! `instrfn record`: runs a program with the runtime preloaded into a fresh output directory,
-//! passes its exit status through, and says what it recorded. Uses dump (the summary line).
+//! passes its exit status through, and says what it recorded. Uses dump (the summary line)
+//! and runtime_lib (which runtime).
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
@@ -10,33 +11,13 @@ use clap::ValueEnum;
 use instrfn_trace::Trace;
 
 use crate::dump::trace_summary;
+use crate::runtime_lib;
 
 /// What `record` records.
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Mode {
     Trace,
     Gmon,
-}
-
-/// libinstrfn.so: given, or next to this executable (both come out of one `cargo build`).
-fn find_preload(given: Option<PathBuf>) -> Result<PathBuf, String> {
-    if let Some(p) = given {
-        return if p.is_file() {
-            Ok(std::path::absolute(&p).unwrap_or(p))
-        } else {
-            Err(format!("--preload {}: no such file", p.display()))
-        };
-    }
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
-    let lib = exe.with_file_name("libinstrfn.so");
-    if lib.is_file() {
-        Ok(lib)
-    } else {
-        Err(format!(
-            "{} is missing (build it with `cargo build --release`, or pass --preload)",
-            lib.display()
-        ))
-    }
 }
 
 /// Runs `cmd` with the runtime preloaded, recording into `output` in `mode`.
@@ -46,7 +27,7 @@ pub fn record(
     preload: Option<PathBuf>,
     cmd: &[OsString],
 ) -> Result<ExitCode, String> {
-    let lib = find_preload(preload)?;
+    let lib = runtime_lib::find(preload)?;
     std::fs::create_dir_all(output)
         .map_err(|e| format!("cannot create {}: {e}", output.display()))?;
     let output = std::path::absolute(output).unwrap_or_else(|_| output.to_path_buf());
