@@ -47,9 +47,15 @@ done
 
 # -- Rust toolchains and targets ------------------------------------------------------------
 command -v rustup >/dev/null || die "rustup is required (https://rustup.rs)"
-if ! rustup run nightly rustc --version >/dev/null 2>&1; then
-    say "installing the nightly toolchain (instrumented fixtures need -Zinstrument-mcount)"
-    rustup toolchain install nightly --profile minimal || die "cannot install nightly"
+# One pinned nightly for every instrumented fixture: the one the suite was tested with. Its
+# rustc says 2026-10-29; it has -Zinstrument-mcount=fentry, #[instrument_fn] and rustc's -pg
+# link (nightlies from 2026-07-01 on). The tests and scripts/instrument-flags read
+# INSTRFN_NIGHTLY.
+export INSTRFN_NIGHTLY=${INSTRFN_NIGHTLY:-nightly-2026-10-30}
+if ! rustup run "$INSTRFN_NIGHTLY" rustc --version >/dev/null 2>&1; then
+    say "installing $INSTRFN_NIGHTLY (instrumented fixtures need -Zinstrument-mcount)"
+    rustup toolchain install "$INSTRFN_NIGHTLY" --profile minimal \
+        || die "cannot install $INSTRFN_NIGHTLY"
 fi
 stable_targets=(x86_64-unknown-linux-musl aarch64-unknown-linux-gnu riscv64gc-unknown-linux-gnu
                 s390x-unknown-linux-gnu)
@@ -58,12 +64,12 @@ installed=$(rustup target list --installed)
 for t in "${stable_targets[@]}"; do
     grep -qx "$t" <<<"$installed" || rustup target add "$t" || die "cannot add target $t"
 done
-installed=$(rustup +nightly target list --installed)
+installed=$(rustup "+$INSTRFN_NIGHTLY" target list --installed)
 for t in "${nightly_targets[@]}"; do
-    grep -qx "$t" <<<"$installed" || rustup +nightly target add "$t" \
-        || die "cannot add nightly target $t"
+    grep -qx "$t" <<<"$installed" || rustup "+$INSTRFN_NIGHTLY" target add "$t" \
+        || die "cannot add $INSTRFN_NIGHTLY target $t"
 done
-scripts/instrument-flags mcount >/dev/null || die "nightly rustc cannot instrument (see above)"
+scripts/instrument-flags mcount >/dev/null || die "$INSTRFN_NIGHTLY cannot instrument (see above)"
 
 # -- Build the runtime for every target -----------------------------------------------------
 say "building the runtime (stable): host, musl, aarch64, riscv64, s390x"

@@ -546,7 +546,7 @@ pub fn build_rust_fixture(name: &str, triple: &str, bin: &str, flags: &str, tag:
     };
     let manifest = fixture(name).join("Cargo.toml");
     let mut cmd = Command::new("cargo");
-    cmd.arg("+nightly")
+    cmd.arg(format!("+{}", nightly()))
         .args([
             "build",
             "--release",
@@ -566,6 +566,15 @@ pub fn build_rust_fixture(name: &str, triple: &str, bin: &str, flags: &str, tag:
         .env_remove("CARGO_TARGET_DIR");
     run_ok(&mut cmd);
     target_dir.join(triple).join("release").join(bin)
+}
+
+/// The nightly toolchain the instrumented fixtures are built with: INSTRFN_NIGHTLY (the test
+/// command pins it), else `nightly`.
+pub fn nightly() -> String {
+    std::env::var("INSTRFN_NIGHTLY")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "nightly".to_string())
 }
 
 /// The rustc flags that make every function call the `kind` hook ("mcount" or "fentry"), as
