@@ -95,7 +95,12 @@ fn code_only(text: &str) -> String {
 /// for the crate root (lib.rs, main.rs).
 fn module_of(src: &Path, file: &Path) -> Option<String> {
     let rel = file.strip_prefix(src).unwrap();
-    let first = rel.components().next()?.as_os_str().to_string_lossy().into_owned();
+    let first = rel
+        .components()
+        .next()?
+        .as_os_str()
+        .to_string_lossy()
+        .into_owned();
     let name = first.strip_suffix(".rs").unwrap_or(&first).to_string();
     (!(rel.components().count() == 1 && (name == "lib" || name == "main"))).then_some(name)
 }
@@ -137,8 +142,10 @@ fn crate_paths(code: &str) -> BTreeSet<String> {
 fn graph(src: &Path) -> BTreeMap<String, BTreeMap<String, PathBuf>> {
     let files = files(src, &[".rs"]);
     let modules: BTreeSet<String> = files.iter().filter_map(|f| module_of(src, f)).collect();
-    let mut edges: BTreeMap<String, BTreeMap<String, PathBuf>> =
-        modules.iter().map(|m| (m.clone(), BTreeMap::new())).collect();
+    let mut edges: BTreeMap<String, BTreeMap<String, PathBuf>> = modules
+        .iter()
+        .map(|m| (m.clone(), BTreeMap::new()))
+        .collect();
     for file in &files {
         let Some(from) = module_of(src, file) else {
             continue;
@@ -212,7 +219,10 @@ fn assert_layered(crate_src: &str) {
     assert!(edges.len() > 1, "no modules found in {}", src.display());
     let mut report = String::new();
     for comp in cycles(&edges) {
-        report += &format!("cycle: {}\n", comp.iter().cloned().collect::<Vec<_>>().join(", "));
+        report += &format!(
+            "cycle: {}\n",
+            comp.iter().cloned().collect::<Vec<_>>().join(", ")
+        );
         for a in &comp {
             for (b, file) in &edges[a] {
                 if comp.contains(b) {
@@ -221,7 +231,10 @@ fn assert_layered(crate_src: &str) {
             }
         }
     }
-    assert!(report.is_empty(), "{crate_src} has import cycles:\n{report}");
+    assert!(
+        report.is_empty(),
+        "{crate_src} has import cycles:\n{report}"
+    );
 }
 
 #[test]

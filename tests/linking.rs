@@ -25,7 +25,10 @@ fn library(triple: &str) -> PathBuf {
     let path = if triple == TARGETS[0] {
         root().join("target/release/libinstrfn.so")
     } else {
-        root().join("target").join(triple).join("release/libinstrfn.so")
+        root()
+            .join("target")
+            .join(triple)
+            .join("release/libinstrfn.so")
     };
     assert!(
         path.is_file(),
@@ -70,7 +73,10 @@ fn linking_every_target_versions_its_libc_symbols() {
             .inspect(|_| undefined += 1)
             .filter(|l| !l.split_whitespace().nth(7).is_some_and(|n| n.contains('@')))
             .collect();
-        assert!(undefined > 10, "{triple}: {undefined} undefined symbols?\n{symbols}");
+        assert!(
+            undefined > 10,
+            "{triple}: {undefined} undefined symbols?\n{symbols}"
+        );
         assert!(
             unversioned.is_empty(),
             "{triple}: {} binds libc symbols without a version:\n{}",
