@@ -58,6 +58,24 @@ fn survive_terminal_signals() {
     }
 }
 
+/// Removes an earlier recording's files from `dir`, as `instrfn record` does: if record
+/// fails before it starts, no old trace is read as this run's.
+fn clear(dir: &Path) -> Result<(), String> {
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if [".meta", ".events", ".stage"]
+            .iter()
+            .any(|s| name.ends_with(s))
+            || name.starts_with("gmon.out")
+        {
+            std::fs::remove_file(e.path())
+                .map_err(|err| format!("cannot remove {}: {err}", e.path().display()))?;
+        }
+    }
+    Ok(())
+}
+
 /// Runs `instrfn record` on `exe` with `args`, into `dir`, in gmon or trace mode.
 pub fn record(
     instrfn: &Path,
@@ -66,6 +84,7 @@ pub fn record(
     exe: &Path,
     args: &[OsString],
 ) -> Result<ExitStatus, String> {
+    clear(dir)?;
     survive_terminal_signals();
     Command::new(instrfn)
         .arg("record")
