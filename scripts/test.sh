@@ -64,6 +64,10 @@ installed=$(rustup target list --installed)
 for t in "${stable_targets[@]}"; do
     grep -qx "$t" <<<"$installed" || rustup target add "$t" || die "cannot add target $t"
 done
+# rust-src: `cargo instrfn --build-std` instruments the standard library too.
+rustup "+$INSTRFN_NIGHTLY" component list --installed | grep -q '^rust-src' \
+    || rustup component add rust-src --toolchain "$INSTRFN_NIGHTLY" \
+    || die "cannot add rust-src to $INSTRFN_NIGHTLY"
 installed=$(rustup "+$INSTRFN_NIGHTLY" target list --installed)
 for t in "${nightly_targets[@]}"; do
     grep -qx "$t" <<<"$installed" || rustup "+$INSTRFN_NIGHTLY" target add "$t" \
