@@ -5,7 +5,7 @@
 //! recorded program's own exit status is passed through.
 //!
 //! Modules, bottom up: `sink` (where output goes), `names` (function names, warnings), `filter`
-//! (which processes and calls count), `protobuf` (its encoding); the outputs `chrome`,
+//! (which processes and calls count), `protobuf` (its encoding) and `perfetto_packets`; the outputs `chrome`,
 //! `perfetto`, `folded`, `pprof` and `xray`; the commands `export`, `report`, `dump` and
 //! `record` (which prints dump's summary line).
 
@@ -20,6 +20,7 @@ mod filter;
 mod folded;
 mod names;
 mod perfetto;
+mod perfetto_packets;
 mod pprof;
 mod protobuf;
 mod record;

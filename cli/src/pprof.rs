@@ -256,12 +256,17 @@ pub fn write(
         if let Some((_, ns)) = p.clock.end {
             end_ns = end_ns.max(ns as f64);
         }
-        // Mappings: the process's modules.
-        let mut mapping_ids = Vec::with_capacity(p.modules.len());
-        for m in &p.modules {
+        // Mappings: the process's modules, its executable first (pprof takes the first
+        // mapping for the main binary).
+        let exe = p.exe.as_ref().map(|e| e.path.as_path());
+        let mut order: Vec<usize> = (0..p.modules.len()).collect();
+        order.sort_by_key(|&i| Some(p.modules[i].path.as_path()) != exe);
+        let mut mapping_ids = vec![0; p.modules.len()];
+        for i in order {
+            let m = &p.modules[i];
             t.next_mapping += 1;
             let id = t.next_mapping;
-            mapping_ids.push(id);
+            mapping_ids[i] = id;
             let file = t.strings.get(&m.path.display().to_string());
             let build_id = m
                 .identity
