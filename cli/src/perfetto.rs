@@ -3,8 +3,8 @@
 //! TYPE_SLICE_BEGIN event at its entry and a TYPE_SLICE_END event at its end. Uses filter,
 //! names, perfetto_packets and sink.
 //!
-//! The file is a `Trace`: a stream of `TracePacket`s. Field numbers are those of Perfetto's
-//! protos/perfetto/trace/*.proto, named in [`field`]. The layout:
+//! The file is a `Trace`: a stream of `TracePacket`s, which perfetto_packets.rs writes (with
+//! the field numbers of Perfetto's protos/perfetto/trace/*.proto). The layout:
 //! - first, a `ClockSnapshot` of CLOCK_MONOTONIC and CLOCK_REALTIME that makes MONOTONIC the
 //!   trace's clock (`primary_trace_clock`): the runtime records MONOTONIC.
 //! - per process (pid), a `TrackDescriptor` with its `ProcessDescriptor` (pid, command line).
@@ -22,7 +22,8 @@
 //! trace end with a debug annotation `closed`. Losses, and entries without exit, are instant
 //! events. Exits whose entry lies before the trace (the thread was inside those calls when
 //! recording began) are slices from the thread's first event: a first walk over the slot
-//! finds them, since their begin comes before everything else.
+//! finds them, since their begin comes before everything else. An exit without entry under
+//! calls still open (its entry was lost) is an instant event.
 //!
 //! Slices must nest on a track. When a call ends below calls that stay open (coroutines
 //! switching stacks, lost exits), the slices above it end there too, annotated as cut.
