@@ -92,6 +92,35 @@ done
 # The bench binary links the runtime, which writes its profile at exit: keep it in target/.
 GMON_OUT_PREFIX=target/bench-gmon cargo bench --locked --bench trampoline -- --test
 
+# -- Consumers of the export formats (tests/export_formats.rs) -----------------------------
+# `go tool pprof` (Debian's golang-go) reads --format pprof. Perfetto's own schema (the
+# `perfetto` package's perfetto_trace_pb2, read by `protobuf`) reads --format perfetto, through
+# scripts/check-perfetto.py. Both Python packages go into a virtual environment in
+# target/export-python, made with the python3 on PATH: the test runs that environment's python3.
+export_packages=(golang-go python3-venv)
+missing=()
+for p in "${export_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    say "installing Debian packages: ${missing[*]}"
+    $SUDO apt-get update -qq || die "apt-get update failed"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" \
+        || die "cannot install ${missing[*]}"
+fi
+command -v go >/dev/null || die "go is still missing after installing golang-go"
+export_python=target/export-python/bin/python3
+if ! "$export_python" -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2' 2>/dev/null; then
+    say "installing perfetto and protobuf (PyPI) into target/export-python"
+    rm -rf target/export-python
+    python3 -m venv target/export-python || die "python3 -m venv failed (python3-venv?)"
+    "$export_python" -m pip install -q perfetto==0.59.1 protobuf==7.36.2 \
+        || die "cannot install perfetto and protobuf"
+    "$export_python" -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2' \
+        || die "perfetto_trace_pb2 does not import"
+fi
+export INSTRFN_EXPORT_PYTHON="$PWD/$export_python"
+
 # -- Tests ----------------------------------------------------------------------------------
 say "running the tests"
 cargo test --release --locked -- --test-threads=2

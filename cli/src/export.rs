@@ -1,7 +1,8 @@
-//! `instrfn export`: a trace as a Chrome trace-event timeline (`chrome`), as folded stacks of
-//! self time or a flame graph SVG (`folded`), or as an XRay log (`xray`). This module holds the
-//! command's arguments and picks the format. Output goes through a [`Sink`], so a failed export
-//! leaves no partial file behind. Uses chrome, folded, xray, filter, names and sink.
+//! `instrfn export`: a trace as a Chrome trace-event timeline (`chrome`), a Perfetto protobuf
+//! trace (`perfetto`), folded stacks of self time or a flame graph SVG (`folded`), a pprof
+//! profile (`pprof`), or an XRay log (`xray`). This module holds the command's arguments and
+//! picks the format. Output goes through a [`Sink`], so a failed export leaves no partial file
+//! behind. Uses chrome, perfetto, folded, pprof, xray, filter, names and sink.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,7 +12,7 @@ use instrfn_trace::Trace;
 
 use crate::filter::{FilterArgs, processes};
 use crate::sink::Sink;
-use crate::{chrome, folded, names, xray};
+use crate::{chrome, folded, names, perfetto, pprof, xray};
 
 #[derive(Args, Debug)]
 pub struct ExportArgs {
@@ -32,7 +33,8 @@ pub struct ExportArgs {
     #[arg(long)]
     pub no_demangle: bool,
     /// Where each function starts (file:line, from DWARF): chrome puts it in each event's
-    /// `args`, folded and svg after each frame's name.
+    /// `args`, perfetto in each slice's source location, pprof in its functions, folded and
+    /// svg after each frame's name.
     #[arg(long)]
     pub lines: bool,
     /// The flame graph's title (svg).
@@ -46,6 +48,12 @@ pub struct ExportArgs {
 pub enum ExportFormat {
     /// Chrome trace-event JSON (complete events), for Perfetto and chrome://tracing.
     Chrome,
+    /// Perfetto's protobuf trace: a slice per call on its thread's track (ui.perfetto.dev,
+    /// trace_processor).
+    Perfetto,
+    /// A gzipped pprof profile: calls and self time per stack (go tool pprof, continuous
+    /// profilers).
+    Pprof,
     /// Folded stacks: `outer;inner;leaf <self ns>` per line.
     Folded,
     /// A flame graph (inferno).
@@ -98,6 +106,12 @@ pub fn run(a: &ExportArgs) -> Result<ExitCode, String> {
         }
         ExportFormat::Chrome => {
             chrome::write(&procs, &a.filter, demangle, a.lines, &mut sink, &bar)?;
+        }
+        ExportFormat::Perfetto => {
+            perfetto::write(&procs, &a.filter, demangle, a.lines, &mut sink, &bar)?;
+        }
+        ExportFormat::Pprof => {
+            pprof::write(&procs, &a.filter, demangle, a.lines, &mut sink, &bar)?;
         }
         ExportFormat::Folded => {
             let folded = folded::fold(&procs, &a.filter, demangle, a.lines, &bar)?;

@@ -5,8 +5,9 @@
 //! recorded program's own exit status is passed through.
 //!
 //! Modules, bottom up: `sink` (where output goes), `names` (function names, warnings), `filter`
-//! (which processes and calls count); the outputs `chrome`, `folded` and `xray`; the commands
-//! `export`, `report`, `dump` and `record` (which prints dump's summary line).
+//! (which processes and calls count), `protobuf` (its encoding) and `perfetto_packets`; the outputs `chrome`,
+//! `perfetto`, `folded`, `pprof` and `xray`; the commands `export`, `report`, `dump` and
+//! `record` (which prints dump's summary line).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -18,6 +19,10 @@ mod export;
 mod filter;
 mod folded;
 mod names;
+mod perfetto;
+mod perfetto_packets;
+mod pprof;
+mod protobuf;
 mod record;
 mod report;
 mod runtime_lib;
@@ -64,8 +69,8 @@ enum Command {
     /// Sorted by self time; counts are exact, the median and p99 come from a histogram whose
     /// buckets are within 0.4 % of the durations in them.
     Report(report::ReportArgs),
-    /// Write the trace as a Chrome/Perfetto timeline, folded stacks, a flame graph SVG or an XRay
-    /// log.
+    /// Write the trace as a Chrome or Perfetto timeline, a pprof profile, folded stacks, a flame
+    /// graph SVG or an XRay log.
     Export(export::ExportArgs),
     /// List the raw events of a trace, per process and thread.
     Dump {

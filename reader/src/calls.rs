@@ -70,6 +70,10 @@ pub trait Visitor {
     fn lost(&mut self, _tid: u32, _ts: u64, _count: u64) {}
     /// Thread `tid` starts writing in this slot at `ts` (first, or after another thread).
     fn thread(&mut self, _tid: u32, _ts: u64) {}
+    /// An exit (or unwound event) of `func` at `ts` matched no open call: its entry was lost,
+    /// or lies before the trace. `open` holds the functions of the calls open on the thread
+    /// (outermost first). Counted in [`Walked::orphan_exits`] too.
+    fn orphan_exit(&mut self, _tid: u32, _ts: u64, _func: u64, _open: &[u64]) {}
 }
 
 /// Counts of a walk.
@@ -215,7 +219,10 @@ pub fn walk(p: &Process, slot: u32, end: u64, v: &mut impl Visitor) -> Result<Wa
                 };
                 match t.stack.iter().rposition(|f| f.func == e.value) {
                     Some(i) => t.close(i, e.ts, how, v),
-                    None => walked.orphan_exits += 1,
+                    None => {
+                        walked.orphan_exits += 1;
+                        v.orphan_exit(tid, e.ts, e.value, &t.funcs);
+                    }
                 }
             }
             Kind::EntryNoExit => {
