@@ -21,6 +21,8 @@ packages=(
     libclang-rt-14-dev                            # compiler-rt's XRay runtime (xray-sys route)
     llvm                                          # llvm-xray reads exported XRay logs
     valgrind                                      # callgrind: exact reference call counts
+    golang-go                                     # go tool pprof reads --format pprof
+    python3-venv                                  # Perfetto's schema, in target/export-python
     gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu
     g++-aarch64-linux-gnu                         # C++ exceptions under trace mode (aarch64)
     gcc-riscv64-linux-gnu libc6-dev-riscv64-cross binutils-riscv64-linux-gnu
@@ -38,7 +40,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" \
         || die "cannot install ${missing[*]}"
 fi
-for tool in gcc g++ gprof musl-gcc clang llvm-xray valgrind qemu-aarch64 qemu-riscv64 qemu-s390x /usr/bin/time \
+for tool in gcc g++ gprof musl-gcc clang llvm-xray valgrind go qemu-aarch64 qemu-riscv64 qemu-s390x /usr/bin/time \
             aarch64-linux-gnu-gcc aarch64-linux-gnu-gprof aarch64-linux-gnu-g++ \
             riscv64-linux-gnu-gcc riscv64-linux-gnu-gprof riscv64-linux-gnu-g++ \
             s390x-linux-gnu-gcc s390x-linux-gnu-gprof s390x-linux-gnu-g++; do
@@ -97,18 +99,7 @@ GMON_OUT_PREFIX=target/bench-gmon cargo bench --locked --bench trampoline -- --t
 # `perfetto` package's perfetto_trace_pb2, read by `protobuf`) reads --format perfetto, through
 # scripts/check-perfetto.py. Both Python packages go into a virtual environment in
 # target/export-python, made with the python3 on PATH: the test runs that environment's python3.
-export_packages=(golang-go python3-venv)
-missing=()
-for p in "${export_packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    say "installing Debian packages: ${missing[*]}"
-    $SUDO apt-get update -qq || die "apt-get update failed"
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" \
-        || die "cannot install ${missing[*]}"
-fi
-command -v go >/dev/null || die "go is still missing after installing golang-go"
+# (golang-go and python3-venv are in the package list above.)
 export_python=target/export-python/bin/python3
 if ! "$export_python" -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2' 2>/dev/null; then
     say "installing perfetto and protobuf (PyPI) into target/export-python"
