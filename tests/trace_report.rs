@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 feature_tests! {
-    report:
+    trace_report:
     counts_exactly_and_times_add_up(x86_64),
     durations_of_known_sleeps(x86_64),
     filters_and_sorting(x86_64),

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 feature_tests! {
-    names:
+    symbol_names:
     rust_names_of_both_manglings(x86_64),
     cpp_names_demangled(x86_64),
     library_functions_by_name_until_the_library_changes(x86_64),
