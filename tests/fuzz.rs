@@ -2,9 +2,9 @@
 //! tests/fixtures/corpus: x86_64 traces with threads, losses, longjmp and a process tree, and
 //! a big-endian s390x one, in 16-byte events; two of compact events, in the staging file of
 //! 4 KiB chunks, short and long ones: compact.c's and calltree.c's at 4 threads; and one of
-//! calltree.c's with call words, chunk version 3): whatever the bytes, reading never panics, and `instrfn report`,
-//! `export` and `dump` end with status 0 or with status 2 and one line on stderr.
-//! Deterministic (a fixed seed), bounded by count and by time.
+//! calltree.c's with call words, chunk version 3): whatever the bytes, reading never panics,
+//! and `instrfn report`, `export` and `dump` end with status 0 or with status 2 and one line
+//! on stderr. Deterministic (a fixed seed), bounded by count and by time.
 
 #[macro_use]
 mod common;

@@ -22,9 +22,10 @@ feature_tests! {
 
 /// One thread makes 8194 distinct arcs (start_thread -> worker, worker -> sites, then 8192
 /// call sites of work_a, in that order), 3 rounds. With INSTRFN_MAX_ARCS=L the thread keeps
-/// exactly L arcs: worker's, sites' and the first L-2 sites of work_a; every call of the other sites is lost, exactly,
-/// said on stderr and in gmon.out as calls of instrfn_calls_lost; and the lost calls are
-/// counted by the trampoline itself, not the slow path.
+/// exactly L arcs: worker's, sites' and the first L-2 sites of work_a; every call of the
+/// other sites is lost, exactly, said on stderr and in gmon.out as calls of
+/// instrfn_calls_lost; and the lost calls are counted by the trampoline itself, not the slow
+/// path.
 fn arc_table_limit_is_exact_and_cheap(arch: Arch) {
     let dir = workdir("arc-limit");
     let exe = build_c(arch, &dir, "arcs.c", &[], Link::Static);

@@ -36,8 +36,8 @@ fn collector_line(meta: &Path) -> (u32, u64, u64, u64) {
 
 /// The collector thread prepares chunks ahead (at the threads' nice value, at least one);
 /// the trace is the same with it and without it (INSTRFN_COLLECTOR=off: each thread maps its
-/// own), exact, and the collector is no thread of the trace. Chunks it prepared that nobody took give their blocks back at exit. A fork
-/// child starts a collector of its own.
+/// own), exact, and the collector is no thread of the trace. Chunks it prepared that nobody
+/// took give their blocks back at exit. A fork child starts a collector of its own.
 fn prepares_chunks_and_is_optional(arch: Arch) {
     use std::os::unix::fs::MetadataExt;
     let dir = workdir("trace-collector");
