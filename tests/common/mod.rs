@@ -1,16 +1,11 @@
 //! Shared helpers of the integration tests, one file per concern: toolchains and targets
 //! (`toolchain`), running programs natively or under qemu-user (`run`), gprof's output
-//! (`gprof`), traces read through `instrfn dump` (`dump`), traces read byte by byte without
-//! the reader crate (`raw_trace`), the C fixtures' builders (`fixtures`) and the tracesig.c
-//! runs that several features share (`tracesig`).
-//!
-//! Each test file is one feature. It lists its tests with [`feature_tests!`], which makes one
-//! #[test] per architecture a scenario applies to, named `<feature>::<scenario>::<arch>`: so
-//! `cargo test <feature>` and `cargo test <arch>` both select by name.
-//!
-//! The runtime artifacts (`libinstrfn.so`, `libinstrfn.a` per target) are built by the test
-//! command (`scripts/test.sh`) before `cargo test`; a missing artifact or tool fails the test
-//! with a message that says what to run, never skips it.
+//! (`gprof`), traces read through the `instrfn` command (`dump`), traces read byte by byte
+//! without the reader crate (`raw_trace`), the C fixtures' builders (`fixtures`) and the
+//! tracesig.c runs several features share (`tracesig`); and [`feature_tests!`], which lists a
+//! feature file's tests. The runtime artifacts are built by the test command
+//! (`scripts/test.sh`) before `cargo test`: a missing artifact or tool fails a test with a
+//! message that says what to run, never skips it.
 #![allow(dead_code)]
 
 pub mod dump;
@@ -37,7 +32,9 @@ pub use toolchain::*;
 #[allow(unused_imports)]
 pub use tracesig::*;
 
-/// The tests of one feature file:
+/// The tests of one feature file: one #[test] per architecture a scenario applies to, named
+/// `<feature>::<scenario>::<arch>`, so that `cargo test <feature>` and `cargo test <arch>`
+/// both select by name (cargo's filter matches the test's path inside its binary):
 ///
 /// ```text
 /// feature_tests! {
