@@ -3,8 +3,8 @@
 //! fast path, new arcs inserted by the trampoline itself, a full table, new threads, the
 //! guard held, recording stopped), statically linked and preloaded; the harness
 //! (tests/fixtures/regs: driver.c and <arch>.S, which loads sentinels into every register
-//! before each call and compares after it) names a clobbered register, which fakes that clobber
-//! one prove.
+//! before each call and compares after it) names a clobbered register, as trampolines that
+//! clobber one each show.
 
 #[macro_use]
 mod common;
