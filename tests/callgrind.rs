@@ -4,10 +4,19 @@
 //! (`--separate`). Every function instrfn records must have callgrind's exact count, and the
 //! program's output must be unchanged.
 
+#[macro_use]
 mod common;
 
 use common::*;
 use std::process::Command;
+
+feature_tests! {
+    callgrind:
+    natively_patched_rust_counts_equal_callgrinds(x86_64),
+    finstrument_functions_counts_equal_callgrinds(x86_64),
+    mcount_trace_rust_counts_equal_callgrinds(x86_64),
+    mcount_and_fentry_trace_counts_equal_callgrinds(x86_64),
+}
 
 /// Runs scripts/callgrind-check.py on `cmd`; returns its summary line after checking it passed.
 fn callgrind_check(cmd: &[&str], extra: &[&str]) -> String {
@@ -43,8 +52,10 @@ fn matched(summary: &str) -> (u64, u64) {
     )
 }
 
-#[test]
-fn natively_patched_rust_counts_equal_callgrinds() {
+/// xray-app (`-Zinstrument-xray=always`, sleds patched natively) at 4 threads: every function
+/// instrfn records has callgrind's count in the same run (main, worker, work_a, work_b and the
+/// std generics instantiated in the crate).
+fn natively_patched_rust_counts_equal_callgrinds(_: Arch) {
     let bin = build_xray_rust("xray-app", X86_64.triple, "xray-app", "always", "");
     let summary = callgrind_check(&[bin.to_str().unwrap(), "4", "2000"], &[]);
     let (same, all) = matched(&summary);
@@ -52,8 +63,9 @@ fn natively_patched_rust_counts_equal_callgrinds() {
     assert!(same == all && all >= 4, "{summary}");
 }
 
-#[test]
-fn finstrument_functions_counts_equal_callgrinds() {
+/// calltree.c built with clang -finstrument-functions-after-inlining at 4 threads: main, run,
+/// a, b and c have callgrind's counts in the same run.
+fn finstrument_functions_counts_equal_callgrinds(_: Arch) {
     require_tool("clang");
     let dir = workdir("callgrind-cyg");
     let exe = dir.join("calltree");
@@ -79,8 +91,7 @@ fn finstrument_functions_counts_equal_callgrinds() {
 /// (`--separate`: the exit trampoline's jumps back into callers would confuse its call
 /// tracking), instrfn a run of its own; the program makes the same calls in every run, std's
 /// generics instantiated in the crate and the frames a caught panic unwinds included.
-#[test]
-fn mcount_trace_rust_counts_equal_callgrinds() {
+fn mcount_trace_rust_counts_equal_callgrinds(_: Arch) {
     let flags = instrument_flags("mcount");
     let bin = build_rust_fixture("xray-app", X86_64.triple, "xray-app", &flags, "-mcount");
     let bin = bin.to_str().unwrap();
@@ -96,8 +107,7 @@ fn mcount_trace_rust_counts_equal_callgrinds() {
 
 /// gcc `-pg` and `-pg -mfentry` code in trace mode (calltree.c, 4 threads, linked without gcrt:
 /// callgrind's run calls glibc's mcount and __fentry__, which do nothing), as above.
-#[test]
-fn mcount_and_fentry_trace_counts_equal_callgrinds() {
+fn mcount_and_fentry_trace_counts_equal_callgrinds(_: Arch) {
     let dir = workdir("callgrind-pg");
     for (name, flags) in [("pg", &["-pg"][..]), ("fentry", &["-pg", "-mfentry"])] {
         let obj = dir.join(format!("calltree-{name}.o"));

@@ -15,12 +15,26 @@
 //! Needs clang with compiler-rt's XRay runtime (libclang-rt-14-dev), llvm-xray and the nightly
 //! toolchain (scripts/test.sh installs them).
 
+#[macro_use]
 mod common;
 
 use common::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+feature_tests! {
+    xray_crt:
+    rust_fixture_traced_through_compiler_rt_exact_counts(x86_64),
+    rust_fixture_installed_before_main_is_balanced(x86_64),
+    caught_panic_through_compiler_rt_frames_is_balanced(x86_64),
+    runtime_code_has_sleds_and_the_handler_path_none(x86_64),
+    wrappers_cope_with_llvm22_function_index(x86_64),
+    uninstall_stops_and_install_resumes(x86_64),
+    c_fixture_traced_through_compiler_rt_exact_counts(x86_64),
+    cpp_exceptions_through_compiler_rt_frames_are_balanced(x86_64),
+    build_script_without_compiler_rt_says_which_package(x86_64),
+}
 
 const THREADS: u64 = 4;
 const ROUNDS: u64 = 5000;
@@ -133,8 +147,12 @@ const STARTUP_FRAMES: [&str; 3] = [
     "__rust_begin_short_backtrace",
 ];
 
-#[test]
-fn rust_fixture_traced_through_compiler_rt_exact_counts() {
+/// The Rust fixture, its handler installed at the start of main, linked runtime in trace mode
+/// by the environment and under `instrfn record`: the program's output unchanged, exact
+/// entries and exits per function (relay's exits are tail-exit sleds), nothing of the frames
+/// running before install(), nothing of the runtime's own (patched) code, and the report's
+/// counts exact.
+fn rust_fixture_traced_through_compiler_rt_exact_counts(_: Arch) {
     let exe = xray_crt();
     let dir = workdir("xray-crt-rust");
     let (t, n) = (THREADS.to_string(), ROUNDS.to_string());
@@ -217,10 +235,9 @@ fn rust_fixture_traced_through_compiler_rt_exact_counts() {
     }
 }
 
-#[test]
-fn rust_fixture_installed_before_main_is_balanced() {
-    // install_before_main!: the handler is set and every sled patched from a constructor, with
-    // no Rust frame running: every call is an entry and an exit, main's and std's included.
+/// install_before_main!: the handler is set and every sled patched from a constructor, with
+/// no Rust frame running: every call is an entry and an exit, main's and std's included.
+fn rust_fixture_installed_before_main_is_balanced(_: Arch) {
     let exe = build_xray_rust("xray-crt", X86_64.triple, "xray-crt-ctor", "always", "");
     let dir = workdir("xray-crt-ctor");
     let (t, n) = (THREADS.to_string(), ROUNDS.to_string());
@@ -267,11 +284,10 @@ fn rust_fixture_installed_before_main_is_balanced() {
     assert_eq!(without_entry, 0);
 }
 
-#[test]
-fn caught_panic_through_compiler_rt_frames_is_balanced() {
-    // A panic unwinds through frames traced on the compiler-rt route: XRay's exit sleds do not
-    // run, the handler's shadow entries (frames found at the offsets it measured on
-    // compiler-rt's trampolines) let the runtime close them at the thread's next event.
+/// A panic unwinds through frames traced on the compiler-rt route: XRay's exit sleds do not
+/// run, the handler's shadow entries (frames found at the offsets it measured on
+/// compiler-rt's trampolines) let the runtime close them at the thread's next event.
+fn caught_panic_through_compiler_rt_frames_is_balanced(_: Arch) {
     let exe = build_xray_rust("xray-crt", X86_64.triple, "xray-crt-ctor", "always", "");
     let dir = workdir("xray-crt-panic");
     let trace = dir.join("trace");
@@ -327,11 +343,10 @@ fn caught_panic_through_compiler_rt_frames_is_balanced() {
     assert_eq!(without_entry, 0);
 }
 
-#[test]
-fn runtime_code_has_sleds_and_the_handler_path_none() {
-    // What makes the test above meaningful: llvm-xray finds sleds in instrfn's own functions
-    // (so compiler-rt patched them, and they called the handler with the runtime's guard
-    // held), and none in the handler or the runtime entry point it continues in.
+/// What makes the test above meaningful: llvm-xray finds sleds in instrfn's own functions
+/// (so compiler-rt patched them, and they called the handler with the runtime's guard
+/// held), and none in the handler or the runtime entry point it continues in.
+fn runtime_code_has_sleds_and_the_handler_path_none(_: Arch) {
     require_tool("llvm-xray");
     let exe = xray_crt();
     let out = run_ok(
@@ -363,8 +378,11 @@ fn runtime_code_has_sleds_and_the_handler_path_none() {
     assert!(text.contains("cyg_in_map=false"), "{text}");
 }
 
-#[test]
-fn wrappers_cope_with_llvm22_function_index() {
+/// xray-sys's wrappers on a binary of this rustc: LLVM 22's PC-relative function index, which
+/// compiler-rt 14's own `__xray_function_address` reads as absolute pointers (a SIGSEGV), set
+/// aside; every function's address as llvm-xray reads the same binary's map; per-function
+/// patching and unpatching exact.
+fn wrappers_cope_with_llvm22_function_index(_: Arch) {
     require_tool("llvm-xray");
     let exe = xray_crt();
     let dir = workdir("xray-crt-wrappers");
@@ -451,9 +469,8 @@ fn wrappers_cope_with_llvm22_function_index() {
     );
 }
 
-#[test]
-fn uninstall_stops_and_install_resumes() {
-    // install, worker(N), uninstall, worker(N), install, worker(N): two workers' events.
+/// install, worker(N), uninstall, worker(N), install, worker(N): two workers' events.
+fn uninstall_stops_and_install_resumes(_: Arch) {
     let exe = xray_crt();
     let dir = workdir("xray-crt-cycle");
     let trace = dir.join("trace");
@@ -476,11 +493,10 @@ fn uninstall_stops_and_install_resumes() {
     );
 }
 
-#[test]
-fn c_fixture_traced_through_compiler_rt_exact_counts() {
-    // clang -fxray-instrument links compiler-rt's XRay runtime (whole archive, its modes
-    // too); the program assembles instrfn's handler (instrfn-xray/asm/x86_64.s), links the
-    // runtime statically, and installs the handler from a constructor (instrfn_xray.h).
+/// clang -fxray-instrument links compiler-rt's XRay runtime (whole archive, its modes
+/// too); the program assembles instrfn's handler (instrfn-xray/asm/x86_64.s), links the
+/// runtime statically, and installs the handler from a constructor (instrfn_xray.h).
+fn c_fixture_traced_through_compiler_rt_exact_counts(_: Arch) {
     require_tool("clang");
     let dir = workdir("xray-crt-c");
     let exe = dir.join("xray_crt");
@@ -571,11 +587,10 @@ fn c_fixture_traced_through_compiler_rt_exact_counts() {
     }
 }
 
-#[test]
-fn cpp_exceptions_through_compiler_rt_frames_are_balanced() {
-    // tests/fixtures/c/throw.cpp on the compiler-rt route (clang++ -fxray-instrument, the
-    // handler installed from a constructor): thrown-through frames closed as unwound at the
-    // catch (__cxa_begin_catch), the catching frames traced returning, as on the native route.
+/// tests/fixtures/c/throw.cpp on the compiler-rt route (clang++ -fxray-instrument, the
+/// handler installed from a constructor): thrown-through frames closed as unwound at the
+/// catch (__cxa_begin_catch), the catching frames traced returning, as on the native route.
+fn cpp_exceptions_through_compiler_rt_frames_are_balanced(_: Arch) {
     require_tool("clang++");
     let dir = workdir("xray-crt-cpp");
     let exe = dir.join("throw");
@@ -623,11 +638,10 @@ fn cpp_exceptions_through_compiler_rt_frames_are_balanced() {
     assert_eq!(count_of(&counts, "exit", "main"), 1, "{counts:?}");
 }
 
-#[test]
-fn build_script_without_compiler_rt_says_which_package() {
-    // xray-sys built with a clang that is not there (/bin/false), and with one that finds no
-    // XRay runtime (it prints a path that does not exist, as clang 15 without
-    // libclang-rt-15-dev would): one line naming the package, and the build fails.
+/// xray-sys built with a clang that is not there (/bin/false), and with one that finds no
+/// XRay runtime (it prints a path that does not exist, as clang 15 without
+/// libclang-rt-15-dev would): one line naming the package, and the build fails.
+fn build_script_without_compiler_rt_says_which_package(_: Arch) {
     let dir = workdir("xray-crt-no-compiler-rt");
     let fake = dir.join("clang-15");
     std::fs::write(

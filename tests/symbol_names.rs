@@ -4,6 +4,7 @@
 //! when the library's file changed or went since recording — and `--lines` (file:line of each
 //! function from DWARF).
 
+#[macro_use]
 mod common;
 
 use common::*;
@@ -12,6 +13,16 @@ use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+feature_tests! {
+    symbol_names:
+    rust_names_of_both_manglings(x86_64),
+    cpp_names_demangled(x86_64),
+    library_functions_by_name_until_the_library_changes(x86_64),
+    lines_from_dwarf(x86_64),
+    guest_paths_of_another_machine_stay_raw(aarch64),
+    stripped_executables_take_names_from_their_debug_file(x86_64),
+}
 
 /// `instrfn ARGS…`, checked to succeed.
 fn instrfn_ok(args: &[&OsStr]) -> Output {
@@ -130,13 +141,12 @@ fn has_disambiguator(s: &str) -> bool {
     })
 }
 
-#[test]
-fn rust_names_of_both_manglings() {
-    // rust-app (2 threads, 100 iterations: worker twice, work_a and work_b 200 times each),
-    // built with the nightly's default mangling for instrumented builds (v0: `_R…`) and with
-    // legacy mangling (`_ZN…17h<hash>E`), checked with nm. Both reports and both timelines name
-    // the functions `rust_app::work_a` (no hash, no crate disambiguator) with exact calls;
-    // --no-demangle shows the symbols as nm shows them.
+/// rust-app (2 threads, 100 iterations: worker twice, work_a and work_b 200 times each),
+/// built with the nightly's default mangling for instrumented builds (v0: `_R…`) and with
+/// legacy mangling (`_ZN…17h<hash>E`), checked with nm. Both reports and both timelines name
+/// the functions `rust_app::work_a` (no hash, no crate disambiguator) with exact calls;
+/// --no-demangle shows the symbols as nm shows them.
+fn rust_names_of_both_manglings(_: Arch) {
     for (flags, prefix) in [
         ("", "_R"),
         ("-Zunstable-options -Csymbol-mangling-version=legacy", "_ZN"),
@@ -208,11 +218,10 @@ fn rust_names_of_both_manglings() {
     }
 }
 
-#[test]
-fn cpp_names_demangled() {
-    // names.cpp (g++ -pg): a method, two overloads, two instances of a template, each called
-    // N times: each is a row of its own with its demangled name, in the report and the
-    // timeline; --no-demangle shows the Itanium symbols.
+/// names.cpp (g++ -pg): a method, two overloads, two instances of a template, each called
+/// N times: each is a row of its own with its demangled name, in the report and the
+/// timeline; --no-demangle shows the Itanium symbols.
+fn cpp_names_demangled(_: Arch) {
     const N: u64 = 100;
     let dir = workdir("names-cpp");
     require_tool("g++");
@@ -274,14 +283,13 @@ fn lines_naming<'a>(stderr: &'a str, what: &str) -> Vec<&'a str> {
     stderr.lines().filter(|l| l.contains(what)).collect()
 }
 
-#[test]
-fn library_functions_by_name_until_the_library_changes() {
-    // libuser.c dlopens libwork.so (given as a relative path) and calls lib_outer(N), which
-    // calls lib_inner N times. The report and the timeline name them. Then libwork.so is
-    // rebuilt differently (its file is no longer the one that was loaded): the report and the
-    // export each say so once, in one line naming the file, and show those functions as
-    // addresses — with the same calls — while the executable's functions keep their names.
-    // With the library gone, the same, saying it is gone.
+/// libuser.c dlopens libwork.so (given as a relative path) and calls lib_outer(N), which
+/// calls lib_inner N times. The report and the timeline name them. Then libwork.so is
+/// rebuilt differently (its file is no longer the one that was loaded): the report and the
+/// export each say so once, in one line naming the file, and show those functions as
+/// addresses — with the same calls — while the executable's functions keep their names.
+/// With the library gone, the same, saying it is gone.
+fn library_functions_by_name_until_the_library_changes(_: Arch) {
     const N: u64 = 300;
     let dir = workdir("names-library");
     build_libwork(&dir, &["-O2"]);
@@ -375,11 +383,10 @@ fn line_of(source: &str, prefix: &str) -> u64 {
         + 1
 }
 
-#[test]
-fn lines_from_dwarf() {
-    // calltree.c built with -g: --lines gives each function the file and line of its
-    // definition, in the report (JSON and text) and in the timeline's args; built without -g,
-    // no function has a line.
+/// calltree.c built with -g: --lines gives each function the file and line of its
+/// definition, in the report (JSON and text) and in the timeline's args; built without -g,
+/// no function has a line.
+fn lines_from_dwarf(_: Arch) {
     let dir = workdir("names-lines");
     let src = fixture("c/calltree.c");
     let source = std::fs::read_to_string(&src).unwrap();
@@ -452,13 +459,12 @@ fn lines_from_dwarf() {
     }
 }
 
-#[test]
-fn guest_paths_of_another_machine_stay_raw() {
-    // Under qemu-user a program's modules are recorded with the guest's paths, which on the
-    // host may name another machine's file. Here an aarch64 program (run by qemu-aarch64 with
-    // a prefix, -L, that holds the aarch64 libwork.so at <dir>/libwork.so) dlopens
-    // <dir>/libwork.so, and on the host that path holds an x86_64 build of it: the report says
-    // so once, shows the library's functions as addresses, and names the program's own.
+/// Under qemu-user a program's modules are recorded with the guest's paths, which on the
+/// host may name another machine's file. Here an aarch64 program (run by qemu-aarch64 with
+/// a prefix, -L, that holds the aarch64 libwork.so at <dir>/libwork.so) dlopens
+/// <dir>/libwork.so, and on the host that path holds an x86_64 build of it: the report says
+/// so once, shows the library's functions as addresses, and names the program's own.
+fn guest_paths_of_another_machine_stay_raw(_: Arch) {
     const N: u64 = 300;
     let dir = workdir("names-qemu");
     let preload = runtime_lib(AARCH64, Lib::Shared);
@@ -529,15 +535,14 @@ fn guest_paths_of_another_machine_stay_raw() {
     assert_eq!(names.get("local").map(|r| r.0), Some(N), "{names:?}");
 }
 
-#[test]
-fn stripped_executables_take_names_from_their_debug_file() {
-    // calltree.c, 2 threads x 10 rounds, stripped (`strip --strip-all`: no .symtab, and its
-    // functions are not exported) with its symbols kept apart (`objcopy --only-keep-debug`)
-    // and named by a .gnu_debuglink: the report names every function from the debug file,
-    // with exact calls, and says nothing. Without the debug file, or with the debug file of
-    // another build (another build-id; without build-ids, another CRC-32), the calls are the
-    // same, shown as addresses, and it says so once, naming the file. The same with no
-    // build-id and the right debug file (the CRC-32 matches): named.
+/// calltree.c, 2 threads x 10 rounds, stripped (`strip --strip-all`: no .symtab, and its
+/// functions are not exported) with its symbols kept apart (`objcopy --only-keep-debug`)
+/// and named by a .gnu_debuglink: the report names every function from the debug file,
+/// with exact calls, and says nothing. Without the debug file, or with the debug file of
+/// another build (another build-id; without build-ids, another CRC-32), the calls are the
+/// same, shown as addresses, and it says so once, naming the file. The same with no
+/// build-id and the right debug file (the CRC-32 matches): named.
+fn stripped_executables_take_names_from_their_debug_file(_: Arch) {
     const T: u64 = 2;
     const K: u64 = 10;
     let expected = [
