@@ -232,7 +232,7 @@ fn trace_counts_are_exact(_arch: Arch) {
                 }
             };
             assert!(out.starts_with("checksum "), "{context}: {out}");
-            let procs = instrfn_dump(&trace);
+            let procs = instrfn_dump_with(&trace, &[]);
             assert_eq!(procs.len(), 1, "{context}");
             let p = &procs[0];
             assert_eq!(p.lost, 0, "{context}");

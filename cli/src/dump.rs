@@ -9,8 +9,9 @@ use instrfn_trace::{Kind, Trace};
 use crate::names::Names;
 use crate::sink::{put, write_error};
 
-/// Lists every event of the trace in `dir`, with function names unless `raw`.
-pub fn dump(dir: &Path, raw: bool) -> Result<ExitCode, String> {
+/// Lists every event of the trace in `dir`, with function names unless `raw` (demangled if
+/// `demangle`).
+pub fn dump(dir: &Path, raw: bool, demangle: bool) -> Result<ExitCode, String> {
     use std::io::Write;
     let trace = Trace::open(dir).map_err(|e| e.to_string())?;
     let stdout = std::io::stdout();
@@ -31,7 +32,7 @@ pub fn dump(dir: &Path, raw: bool) -> Result<ExitCode, String> {
                 }
             ),
         )?;
-        let names = (!raw).then(|| Names::of(p, false, false));
+        let names = (!raw).then(|| Names::of(p, demangle, false));
         let t0 = p.clock.start.0;
         for slot in p.slots() {
             // A thread's line at its first event and again at its exit: once each, unless

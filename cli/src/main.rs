@@ -80,6 +80,10 @@ enum Command {
         /// Show raw addresses, not function names.
         #[arg(long)]
         raw: bool,
+        /// Show symbol names as they are in the binary (C++ and Rust names are demangled by
+        /// default).
+        #[arg(long)]
+        no_demangle: bool,
         /// Print only the summary line (events, threads, processes, losses, bytes).
         #[arg(long)]
         summary: bool,
@@ -109,11 +113,16 @@ fn main() -> ExitCode {
         } => record::record(&output, mode, preload, &cmd),
         Command::Report(a) => report::run(&a),
         Command::Export(a) => export::run(&a),
-        Command::Dump { dir, raw, summary } => {
+        Command::Dump {
+            dir,
+            raw,
+            no_demangle,
+            summary,
+        } => {
             if summary {
                 dump::summary(&dir)
             } else {
-                dump::dump(&dir, raw)
+                dump::dump(&dir, raw, !no_demangle)
             }
         }
     };

@@ -27,9 +27,16 @@ pub struct DumpProcess {
     pub lost: u64,
 }
 
-/// Runs `instrfn dump DIR` and parses it (every process, in order).
+/// Runs `instrfn dump --no-demangle DIR` and parses it (every process, in order): names as
+/// the binary has them.
 pub fn instrfn_dump(dir: &Path) -> Vec<DumpProcess> {
-    let out = run_ok(Command::new(instrfn_cli()).arg("dump").arg(dir));
+    instrfn_dump_with(dir, &["--no-demangle"])
+}
+
+/// [`instrfn_dump`] with `args` instead of `--no-demangle` (none: names demangled, as `dump`
+/// shows them by default).
+pub fn instrfn_dump_with(dir: &Path, args: &[&str]) -> Vec<DumpProcess> {
+    let out = run_ok(Command::new(instrfn_cli()).arg("dump").args(args).arg(dir));
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let mut procs: Vec<DumpProcess> = Vec::new();
     let mut tid = 0u32;
