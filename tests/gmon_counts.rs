@@ -8,6 +8,7 @@ mod common;
 
 use common::*;
 use std::ffi::OsStr;
+use std::process::Command;
 
 feature_tests! {
     gmon_counts:
@@ -17,6 +18,7 @@ feature_tests! {
     gcrt_does_not_write_its_own_profile(x86_64),
     threads_that_exit_early_keep_their_counts(x86_64),
     short_lived_threads(x86_64, aarch64, riscv64, s390x),
+    many_threads_on_two_cpus(x86_64),
     rust_dependency_route(x86_64, aarch64),
     musl_static_c_program(x86_64),
     big_endian_gmon_out(s390x),
@@ -275,6 +277,42 @@ fn short_lived_threads(arch: Arch) {
         hwm_many < hwm_few + 2048.0,
         "peak RSS grew from {hwm_few} to {hwm_many} KiB"
     );
+}
+
+/// threads.c with 256 threads on 2 CPUs, preloaded and linked: gprof's counts exact (worker's
+/// calls come from libc's thread start, which gprof does not show), and the program's peak
+/// RSS a few pages per thread (each has its own arc table).
+fn many_threads_on_two_cpus(arch: Arch) {
+    const T: u64 = 256;
+    const N: u64 = 40_000;
+    let dir = workdir("gmon-many-threads");
+    for link in [Link::Preload, Link::Static] {
+        let exe = build_c(arch, &dir, "threads.c", &[], link);
+        let _ = std::fs::remove_file(dir.join("gmon.out"));
+        let preload = preload_path(arch);
+        let env = env_for(link, &preload, &[]);
+        // (The environment through env(1): /usr/bin/time itself loads no runtime, so the
+        // program is the root of its process tree and writes gmon.out.)
+        let mut cmd = Command::new("/usr/bin/time");
+        cmd.args(["-f", "maxrss %M", "env"])
+            .args(env.iter().map(|(k, v)| format!("{k}={v}")))
+            .arg(&exe)
+            .args([T.to_string(), N.to_string()])
+            .current_dir(&dir);
+        let out = run_ok(&mut cmd);
+        let context = format!("{T} threads {link:?}");
+        let flat = gprof_flat(arch, &exe, &dir.join("gmon.out"));
+        assert_calls(&flat, &[("work_a", T * N), ("work_b", T * N)], &context);
+        let rss_kib: u64 = stderr_of(&out)
+            .lines()
+            .find_map(|l| l.strip_prefix("maxrss "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{context}: no maxrss line: {}", stderr_of(&out)));
+        assert!(
+            rss_kib <= T * 64 + 32 * 1024,
+            "{context}: peak RSS {rss_kib} KiB for {T} threads"
+        );
+    }
 }
 
 /// tests/fixtures/rust-app built with nightly and -Zinstrument-mcount (the runtime comes in as a

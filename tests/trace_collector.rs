@@ -1,7 +1,8 @@
 //! The collector thread and the trace files: the collector prepares chunks ahead and commits
 //! full ones, and the trace is the same without it (each thread then maps and commits its
 //! own); it runs at its nice value; it makes way for unshare(CLONE_NEWUSER), which needs a
-//! process of one thread; and the trace files survive a program that closes every descriptor.
+//! process of one thread; the trace files survive a program that closes every descriptor; and
+//! 256 threads on 2 CPUs are traced exactly, in files bounded by the threads, not the trace.
 
 #[macro_use]
 mod common;
@@ -16,6 +17,7 @@ feature_tests! {
     files_survive_a_program_that_closes_every_descriptor(x86_64),
     makes_way_for_unshare_of_a_user_namespace(x86_64),
     runs_at_its_nice_value(x86_64),
+    many_threads_on_two_cpus(x86_64),
 }
 
 /// The `collector` line of a meta file: (tid, cpu ns, chunks threads took from its pool, chunks
@@ -381,6 +383,73 @@ fn runs_at_its_nice_value(arch: Arch) {
                 .filter(|(c, _)| c != "instrfn-collect")
                 .all(|&(_, n)| n == base),
             "{setting:?}: threads {seen:?}"
+        );
+    }
+}
+
+/// threads.c with 256 threads (oversubscribed 2 CPUs), preloaded in trace mode, twice, with
+/// 4 times the calls the second time: every call of every thread is in the trace (none lost,
+/// every worker's events nest), and what the trace keeps besides its events is bounded by the
+/// threads: the staging file holds at most a chunk per thread and the few the collector keeps,
+/// whatever the trace's length, and the program's peak RSS is the staging file's and a
+/// thread's few pages each, not the events file's.
+fn many_threads_on_two_cpus(arch: Arch) {
+    const T: u64 = 256;
+    const CHUNK: u64 = 16 << 10;
+    let dir = workdir("many-threads");
+    let exe = build_c(arch, &dir, "threads.c", &[], Link::Preload);
+    for n in [1_000u64, 4_000] {
+        let trace = dir.join(format!("trace-{n}"));
+        let _ = std::fs::remove_dir_all(&trace);
+        let out = run_ok(
+            Command::new("/usr/bin/time")
+                .args(["-f", "maxrss %M", "env"])
+                .arg(format!("LD_PRELOAD={}", preload_path(arch)))
+                .arg("INSTRFN_MODE=trace")
+                .arg(format!("INSTRFN_BUFSIZE={CHUNK}"))
+                .arg(format!("INSTRFN_OUTPUT={}", trace.display()))
+                .arg(&exe)
+                .args([T.to_string(), n.to_string()])
+                .current_dir(&dir),
+        );
+        let context = format!("{T} threads x {n}");
+        let p = one_process(arch, &trace, &context);
+        assert_eq!(p.lost, 0, "{context}");
+        let counts = assert_balanced(&p, &context);
+        assert_counts(
+            &counts,
+            &[
+                ("entry", "work_a", T * n),
+                ("exit", "work_b", T * n),
+                ("exit", "worker", T),
+            ],
+            &context,
+        );
+        let size = |suffix: &str| -> u64 {
+            trace_files(&trace, suffix)
+                .iter()
+                .map(|f| std::fs::metadata(f).unwrap().len())
+                .sum()
+        };
+        let (stage, events) = (size(".stage"), size(".events"));
+        // A chunk per thread at most, main's, and the collector's pool, spares and retired.
+        let bound = (T + 1 + 4 + 16 + 8) * CHUNK;
+        assert!(
+            stage <= bound,
+            "{context}: staging file {stage} bytes, more than {bound} (events file {events})"
+        );
+        let rss_kib: u64 = stderr_of(&out)
+            .lines()
+            .find_map(|l| l.strip_prefix("maxrss "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{context}: no maxrss line: {}", stderr_of(&out)));
+        // The staging file's pages, and 256 KiB a thread for its stack, shadow stack and
+        // tables, and the program and runtime themselves.
+        let rss_bound = (stage + T * (256 << 10)) / 1024 + 64 * 1024;
+        assert!(
+            rss_kib <= rss_bound,
+            "{context}: peak RSS {rss_kib} KiB, more than {rss_bound} KiB (staging {stage} bytes, \
+             events {events} bytes)"
         );
     }
 }
