@@ -10,57 +10,14 @@
 //! loaded where no wrapper saw it, or constructors that ran before their dlopen returned) is
 //! added then. Its range goes at dlclose. Everything else keeps the hijacking route.
 
-use core::sync::atomic::{AtomicBool, Ordering};
-
-use crate::abi::{self, Mode};
-use crate::sys::objects::{self, Module};
-
-/// Said once: the table of code ranges is full.
-static FULL_SAID: AtomicBool = AtomicBool::new(false);
-
-/// Whether this architecture has the route.
-const SUPPORTED: bool = cfg!(all(instrfn_arch, target_arch = "x86_64"));
+use crate::sys::objects::Module;
 
 /// Looks at every loaded object (trace mode chosen or started, and after a dlopen): those that
 /// call `__return__` get their `__fentry__` calls on the route. Nothing in gmon mode, or with
 /// exits off (mode 2: `__return__` returns at once there).
 pub fn note_objects() {
-    if !SUPPORTED || !route_wanted() {
-        return;
-    }
-    let mut found = false;
-    let mut note = |m: &Module| {
-        if calls_return(m) {
-            found |= add(m);
-        }
-    };
-    objects::for_each_shared_object(&mut note);
-    note(&Module::executable());
-    if found {
-        enter_route();
-    }
-}
-
-/// A function returned through `__return__` with its return address replaced: its object is
-/// on the route from now on.
-pub fn learned(func: usize) {
-    if !SUPPORTED || !route_wanted() {
-        return;
-    }
-    let exe = Module::executable();
-    let mut object = exe.contains(func).then_some(exe);
-    if object.is_none() {
-        objects::for_each_shared_object(|m| {
-            if m.contains(func) {
-                object = Some(*m);
-            }
-        });
-    }
-    if let Some(m) = object
-        && add(&m)
-    {
-        enter_route();
-    }
+    #[cfg(all(instrfn_arch, target_arch = "x86_64"))]
+    route::note_objects();
 }
 
 /// After dlclose unloaded `m`: its range goes.
@@ -69,56 +26,98 @@ pub fn forget(m: &Module) {
     if let Some(lo) = m.code_start() {
         crate::arch::return_route::remove(lo);
     }
-    #[cfg(not(all(instrfn_arch, target_arch = "x86_64")))]
     let _ = m;
 }
 
-fn route_wanted() -> bool {
-    matches!(abi::mode(), Mode::Trace | Mode::TraceReturn)
-}
+#[cfg(all(instrfn_arch, target_arch = "x86_64"))]
+pub use route::learned;
 
-fn enter_route() {
-    if abi::mode() == Mode::Trace {
-        abi::set_mode(Mode::TraceReturn);
-    }
-}
+#[cfg(all(instrfn_arch, target_arch = "x86_64"))]
+mod route {
+    use core::sync::atomic::{AtomicBool, Ordering};
 
-/// Whether `m`'s code calls `__return__`.
-fn calls_return(m: &Module) -> bool {
-    if m.imports(b"__return__") {
-        return true;
-    }
-    #[cfg(all(instrfn_arch, target_arch = "x86_64"))]
-    {
-        use crate::arch::return_route::{calls_to, entry};
-        let target = entry();
-        if m.contains(target) {
-            // SAFETY: the executable segments of a loaded object (this one holds our code).
-            return m
-                .segments()
-                .iter()
-                .any(|s| unsafe { calls_to(s.start, s.end, target) });
+    use crate::abi::{self, Mode};
+    use crate::arch::return_route::{RANGES, add as add_range, calls_to, entry};
+    use crate::sys::objects::{self, Module};
+
+    /// Said once: the table of code ranges is full.
+    static FULL_SAID: AtomicBool = AtomicBool::new(false);
+
+    pub fn note_objects() {
+        if !route_wanted() {
+            return;
+        }
+        let mut found = false;
+        let mut note = |m: &Module| {
+            if calls_return(m) {
+                found |= add(m);
+            }
+        };
+        objects::for_each_shared_object(&mut note);
+        note(&Module::executable());
+        if found {
+            enter_route();
         }
     }
-    false
-}
 
-/// `m`'s code range into the route's table; false if it is full (said once).
-fn add(m: &Module) -> bool {
-    #[cfg(all(instrfn_arch, target_arch = "x86_64"))]
-    {
+    /// A function returned through `__return__` with its return address replaced: its object
+    /// is on the route from now on.
+    pub fn learned(func: usize) {
+        if !route_wanted() {
+            return;
+        }
+        let exe = Module::executable();
+        let mut object = exe.contains(func).then_some(exe);
+        if object.is_none() {
+            objects::for_each_shared_object(|m| {
+                if m.contains(func) {
+                    object = Some(*m);
+                }
+            });
+        }
+        if let Some(m) = object
+            && add(&m)
+        {
+            enter_route();
+        }
+    }
+
+    fn route_wanted() -> bool {
+        matches!(abi::mode(), Mode::Trace | Mode::TraceReturn)
+    }
+
+    fn enter_route() {
+        if abi::mode() == Mode::Trace {
+            abi::set_mode(Mode::TraceReturn);
+        }
+    }
+
+    /// Whether `m`'s code calls `__return__`: it imports it, or it holds the runtime and calls
+    /// the runtime's.
+    fn calls_return(m: &Module) -> bool {
+        if m.imports(b"__return__") {
+            return true;
+        }
+        let target = entry();
+        // SAFETY: the executable segments of a loaded object (this one holds our code).
+        m.contains(target)
+            && m.segments()
+                .iter()
+                .any(|s| unsafe { calls_to(s.start, s.end, target) })
+    }
+
+    /// `m`'s code range into the route's table; false if it is full (said once).
+    fn add(m: &Module) -> bool {
         let (lo, hi) = m.code_range();
-        if crate::arch::return_route::add(lo, hi) {
+        if add_range(lo, hi) {
             return true;
         }
         if !FULL_SAID.swap(true, Ordering::Relaxed) {
             message!(
-                "more than {} objects call __return__: the functions of the others have their \
-                 return addresses replaced",
-                crate::arch::return_route::RANGES
+                "more than {RANGES} objects call __return__: the functions of the others have \
+                 their return addresses replaced"
             );
         }
+        false
     }
-    let _ = m;
-    false
 }

@@ -290,6 +290,7 @@ pub fn xray_exit(
 ///
 /// # Safety
 /// `slot` is the entered function's return slot.
+#[cfg(all(instrfn_arch, target_arch = "x86_64"))]
 pub unsafe fn return_entry(tls: &mut Tls, block: &ThreadBlock, slot: usize, func: usize, ts: u64) {
     if !active() {
         return;
@@ -310,6 +311,7 @@ pub unsafe fn return_entry(tls: &mut Tls, block: &ThreadBlock, slot: usize, func
 ///
 /// # Safety
 /// `slot` is the returning function's return slot.
+#[cfg(all(instrfn_arch, target_arch = "x86_64"))]
 pub unsafe fn return_exit(tls: &mut Tls, block: &ThreadBlock, slot: usize, ts: u64) {
     let replaced = shadow_entries(tls)
         .iter()

@@ -115,7 +115,7 @@ pub unsafe extern "C" fn instrfn_xray_slow(tls: *mut Tls, slot_kind: usize, entr
 /// # Safety
 /// Only the return route's trampolines call this, with `tls` = this thread's Tls block and the
 /// function's return slot.
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(instrfn_arch, target_arch = "x86_64"))]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn instrfn_return_slow(tls: *mut Tls, slot_kind: usize, func: usize) {
     keeping_errno(|| {
