@@ -45,8 +45,11 @@ entry_point! {
     /// `__return__`: called before each `ret` and each tail-call `jmp` by `gcc -pg -mfentry
     /// -minstrument-return=call` code. ABI here: every register preserved but the flags. Modes
     /// 0 (gmon) and 2 (entries only) return at once; 1 and 3 (odd) record the exit
-    /// (src/arch/x86_64/return.s).
-    __return__ => "testb $1, instrfn_mode(%rip)", "jnz instrfn_x86_64_return", "ret"
+    /// (src/arch/x86_64/return.s). `instrfn_x86_64_return_entry` is the same address, hidden:
+    /// how the runtime names its own `__return__`, which a program's definition may interpose.
+    __return__ => ".globl instrfn_x86_64_return_entry", ".hidden instrfn_x86_64_return_entry",
+        "instrfn_x86_64_return_entry:",
+        "testb $1, instrfn_mode(%rip)", "jnz instrfn_x86_64_return", "ret"
 }
 entry_point! {
     /// `__cyg_profile_func_enter(this_fn, call_site)`: called by `-finstrument-functions` code

@@ -13,6 +13,8 @@ unsafe extern "C" {
     static instrfn_x86_64_return_ranges: [[AtomicUsize; 2]; RANGES];
     /// The pairs the fast path looks at.
     static instrfn_x86_64_return_count: AtomicUsize;
+    /// `__return__`'s address, bound within the runtime (src/arch/x86_64/mod.rs).
+    fn instrfn_x86_64_return_entry();
 }
 
 fn ranges() -> &'static [[AtomicUsize; 2]; RANGES] {
@@ -63,9 +65,10 @@ pub fn remove(lo: usize) {
     }
 }
 
-/// The address programs call as `__return__`: the exported entry point.
+/// The address of the runtime's own `__return__` (its hidden alias: the exported name may
+/// resolve to a program's definition).
 pub fn entry() -> usize {
-    super::__return__ as *const () as usize
+    instrfn_x86_64_return_entry as *const () as usize
 }
 
 /// Whether the code in [start, end) calls `target` directly: a `call rel32` (`e8`, also gcc's
