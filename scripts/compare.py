@@ -22,6 +22,10 @@ with XRAY_OPTIONS alone it never starts, so its cost beside the gmon figures sai
            the time stamp counter twice: what any tracer that times calls must at least pay
   instrfn  LD_PRELOAD=libinstrfn.so INSTRFN_MODE=trace; events counted back with
            `instrfn dump --summary`, bytes per event from the events files
+  fentry   instrfn as above on gcc -O2 -pg -mfentry code (its return addresses replaced, as
+           mcount code's)
+  return   instrfn as above on gcc -O2 -pg -mfentry -minstrument-return=call code, linked with
+           the __return__ stub (preload/return-stub.s): no return address replaced
   uftrace  `uftrace record --no-libcall` of the same binary; calls counted with `uftrace report`
   xray     clang -fxray-instrument with compiler-rt's FDR mode selected and initialised
            explicitly (scripts/bench/xray-fdr.c), XRAY_FDR_OPTIONS=func_duration_threshold_us=0
@@ -85,6 +89,7 @@ SOURCE = os.path.join(ROOT, "tests", "fixtures", "c", "threads.c")
 PRELOAD = os.path.join(ROOT, "target", "release", "libinstrfn.so")
 INSTRFN = os.path.join(ROOT, "target", "release", "instrfn")
 FLOOR = os.path.join(ROOT, "scripts", "bench", "floor-mcount.S")
+RETURN_STUB = os.path.join(ROOT, "preload", "return-stub.s")
 XRAY_FDR = os.path.join(ROOT, "scripts", "bench", "xray-fdr.c")
 XRAY_EMPTY = os.path.join(ROOT, "scripts", "bench", "xray-empty.c")
 CLANG = ["clang", "-O2", "-Wno-unknown-attributes"]
@@ -190,6 +195,14 @@ def main():
         need(LLVM_XRAY)
         exe["floor"] = os.path.join(work, "floor")
         sh(["gcc", os.path.join(work, "threads.o"), FLOOR, "-o", exe["floor"], "-lpthread"])
+    if a.trace:
+        exe["fentry"] = os.path.join(work, "fentry")
+        sh(["gcc", "-O2", "-pg", "-mfentry", SOURCE, "-o", exe["fentry"], "-lpthread"])
+        stub = os.path.join(work, "libinstrfn-return-stub.so")
+        sh(["gcc", "-shared", "-nostdlib", "-o", stub, RETURN_STUB])
+        exe["return"] = os.path.join(work, "return")
+        sh(["gcc", "-O2", "-pg", "-mfentry", "-minstrument-return=call", SOURCE, stub,
+            f"-Wl,-rpath,{work}", "-o", exe["return"], "-lpthread"])
         exe["xray-fdr"] = os.path.join(work, "xray-fdr")
         sh(["clang", "-O2", "-Wno-unknown-attributes", "-fxray-instrument",
             "-fxray-instruction-threshold=1", SOURCE, XRAY_FDR, "-o", exe["xray-fdr"],
@@ -312,7 +325,7 @@ def trace_table(a, work, exe):
     for t in [int(x) for x in a.threads.split(",")]:
         args = [str(t), str(n)]
         calls = 2 * t * n
-        names = ["plain", "floor", "instrfn", "uftrace", "xray"]
+        names = ["plain", "floor", "instrfn", "fentry", "return", "uftrace", "xray"]
         best, rss, cpu, last = {}, {}, {}, {}
         # Rounds interleave the rows, as in the XRay table: a noisy minute of this shared
         # machine then falls on every row alike, not on one row's five runs.
@@ -321,8 +334,8 @@ def trace_table(a, work, exe):
                 d = fresh(os.path.join(work, f"trace-{name}"))
                 if name == "plain" or name == "floor":
                     cmd, env = [exe[name]] + args, {}
-                elif name == "instrfn":
-                    cmd = [exe["instrfn"]] + args
+                elif name in ("instrfn", "fentry", "return"):
+                    cmd = [exe[name]] + args
                     env = {"LD_PRELOAD": PRELOAD, "INSTRFN_MODE": "trace",
                            "INSTRFN_OUTPUT": os.path.join(d, "trace")}
                 elif name == "uftrace":
@@ -345,7 +358,7 @@ def trace_table(a, work, exe):
         for name in names:
             # Counted from the last run's output.
             d, counted, per_event = last[name], None, None
-            if name == "instrfn":
+            if name in ("instrfn", "fentry", "return"):
                 counted, per_event = instrfn_counted(os.path.join(d, "trace"), t)
             elif name == "uftrace":
                 counted = uftrace_counted(os.path.join(d, "data"))
@@ -363,7 +376,9 @@ def trace_table(a, work, exe):
                   f"{cpu:>6.2f} {rss - rows['plain'][1]:>9}")
         print(f"{t:>2} ratios: instrfn/floor {ns['instrfn'] / ns['floor']:.2f}, "
               f"instrfn/uftrace {ns['instrfn'] / ns['uftrace']:.2f}, "
-              f"instrfn/xray-fdr {ns['instrfn'] / ns['xray']:.2f}")
+              f"instrfn/xray-fdr {ns['instrfn'] / ns['xray']:.2f}, "
+              f"return/floor {ns['return'] / ns['floor']:.2f}, "
+              f"return/fentry {ns['return'] / ns['fentry']:.2f}")
         sys.stdout.flush()
 
 

@@ -16,6 +16,7 @@ use crate::{arch, trace, xray};
 pub fn on_load(config: &Config) {
     if config.trace {
         xray::on_load(config);
+        trace::returns::note_objects();
     }
 }
 
@@ -31,6 +32,7 @@ pub fn start(config: &Config) -> Mode {
         if abi::mode() == Mode::TraceEntries {
             xray::exits_off();
         }
+        trace::returns::note_objects();
     } else {
         abi::set_mode(Mode::Gmon);
         xray::disable();
@@ -161,14 +163,17 @@ pub fn before_unload() {
 /// apart.
 pub fn after_unload(config: &Config, m: &Module) {
     if trace::active() {
+        trace::returns::forget(m);
         trace::meta::module_unloaded(m);
     } else {
         gmon::write_unloaded(config, m);
     }
 }
 
-/// After a dlopen that loaded objects (trace mode): their sleds patched, their lines written.
+/// After a dlopen that loaded objects (trace mode): their sleds patched, their lines written,
+/// those that call gcc's `__return__` on its route.
 pub fn opened() {
+    trace::returns::note_objects();
     trace::meta::note_opened();
 }
 

@@ -148,12 +148,13 @@ fn every_instruction(arch: Arch) {
 
 /// sweep.c on x86_64: call i of stepped() is interrupted at its i-th instruction
 /// (single-stepped), for every i along the call (its own code, mcount's or __fentry__'s fast
-/// path, the exit trampoline, -finstrument-functions' two hooks, or natively patched XRay
-/// sleds and their trampolines), by a handler that makes traced calls (filling and recycling
-/// 4 KiB chunks in the heavier rounds) and walks the stack with backtrace(). Every run: the
-/// program ends normally, most instructions were reached, and the trace holds every call
-/// exactly; for -pg code, in gmon mode, gprof's call counts are exact too. (A walk that takes
-/// a zeroed slot, or a pushed word, for a return address aborts or crashes in the unwinder.)
+/// path, the exit trampoline, gcc's `__return__`, -finstrument-functions' two hooks, or
+/// natively patched XRay sleds and their trampolines), by a handler that makes traced calls
+/// (filling and recycling 4 KiB chunks in the heavier rounds) and walks the stack with
+/// backtrace(). Every run: the program ends normally, most instructions were reached, and the
+/// trace holds every call exactly; for -pg code, in gmon mode, gprof's call counts are exact
+/// too. (A walk that takes a zeroed slot, or a pushed word, for a return address aborts or
+/// crashes in the unwinder.)
 fn host_every_instruction() {
     let arch = X86_64;
     const N: u64 = 300;
@@ -161,6 +162,11 @@ fn host_every_instruction() {
     for (name, flags) in [
         ("pg", &["-pg"][..]),
         ("fentry", &["-pg", "-mfentry"][..]),
+        // gcc's return route: __fentry__ pushes, __return__ pops (src/arch/x86_64/return.s).
+        (
+            "return",
+            &["-pg", "-mfentry", "-minstrument-return=call"][..],
+        ),
         ("cyg", &["-finstrument-functions"][..]),
         (
             "xray",
@@ -245,7 +251,7 @@ fn host_every_instruction() {
                 "{context}: {recorded} recorded, {dropped} dropped: {counts:?}"
             );
         }
-        if name == "pg" || name == "fentry" {
+        if name == "pg" || name == "fentry" || name == "return" {
             // gmon mode (the default when linked in): the same sweep, every call counted once
             // in gmon.out, as gprof reads it.
             let context = format!("{name} gmon");

@@ -23,7 +23,8 @@ instrfn_enabled:
     .byte 1
 
 # The mode the fast paths take: 0 counts call arcs (gmon), 1 traces entries and exits, 2 traces
-# entries only (INSTRFN_EXITS=off). Set by the constructor and start-up, before recording.
+# entries only (INSTRFN_EXITS=off), 3 as 1 with code that calls gcc's __return__ loaded (x86_64).
+# Set by the constructor and start-up, before recording (3 also after a dlopen).
     .p2align 3
     .globl instrfn_mode
     .hidden instrfn_mode

@@ -23,6 +23,9 @@ pub enum Mode {
     /// Trace entries only: return addresses are not replaced (INSTRFN_EXITS=off, or a
     /// hardware shadow stack).
     TraceEntries = 2,
+    /// As `Trace`, with code that calls gcc's `__return__` loaded (x86_64): `__fentry__` of
+    /// that code replaces no return address (crate::trace::returns).
+    TraceReturn = 3,
 }
 
 impl Mode {
@@ -123,6 +126,7 @@ pub fn mode() -> Mode {
     match data::mode().load(Ordering::Relaxed) {
         1 => Mode::Trace,
         2 => Mode::TraceEntries,
+        3 => Mode::TraceReturn,
         _ => Mode::Gmon,
     }
 }

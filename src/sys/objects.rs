@@ -180,6 +180,77 @@ impl Module {
         unsafe { core::slice::from_raw_parts(self.phdr as *const libc::Elf64_Phdr, self.phnum) }
     }
 
+    /// Whether the object's dynamic symbol table lists `name` as undefined: a symbol the object
+    /// takes from another one. Read from its dynamic section in memory (only while the object
+    /// is loaded); false without one (a static program).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // gcc's return route only
+    pub fn imports(&self, name: &[u8]) -> bool {
+        let headers = self.headers();
+        let Some(dynamic) = headers.iter().find(|h| h.p_type == libc::PT_DYNAMIC) else {
+            return false;
+        };
+        // The loaded extent, [lo, hi) at run time: the loader may have relocated the dynamic
+        // section's addresses in place (glibc, where it is writable) or not (musl, the vDSO).
+        let loads = headers.iter().filter(|h| h.p_type == libc::PT_LOAD);
+        let lo = loads.clone().map(|h| h.p_vaddr).min().unwrap_or(0) as usize;
+        let hi = loads.map(|h| h.p_vaddr + h.p_memsz).max().unwrap_or(0) as usize;
+        let (lo, hi) = (lo.wrapping_add(self.bias), hi.wrapping_add(self.bias));
+        let at = |v: u64| {
+            let v = v as usize;
+            if (lo..hi).contains(&v) {
+                v
+            } else {
+                v.wrapping_add(self.bias)
+            }
+        };
+        let (mut symtab, mut strtab, mut strsz, mut hash, mut gnu_hash) = (0, 0, 0, 0, 0);
+        let mut d = (dynamic.p_vaddr as usize).wrapping_add(self.bias) as *const u64;
+        loop {
+            // SAFETY: the object's dynamic section, mapped while it is loaded: (tag, value)
+            // pairs up to DT_NULL.
+            let (tag, value) = unsafe { (*d, *d.add(1)) };
+            match tag as u32 {
+                0 => break,
+                4 => hash = at(value),
+                5 => strtab = at(value),
+                6 => symtab = at(value),
+                10 => strsz = value as usize,
+                0x6fff_fef5 => gnu_hash = at(value),
+                _ => {}
+            }
+            d = d.wrapping_add(2);
+        }
+        if symtab == 0 || strtab == 0 {
+            return false;
+        }
+        // Undefined symbols are never hashed: with a GNU hash table they are among the first
+        // `symoffset` entries; with the SysV one, any of its `nchain`.
+        // SAFETY: the loader's hash tables of the object, mapped while it is loaded.
+        let count = unsafe {
+            if gnu_hash != 0 {
+                *(gnu_hash as *const u32).add(1) as usize
+            } else if hash != 0 {
+                *(hash as *const u32).add(1) as usize
+            } else {
+                return false;
+            }
+        };
+        (1..count).any(|i| {
+            // SAFETY: entry i < count of the object's dynamic symbol table (24-byte Elf64_Sym:
+            // st_name at 0, st_shndx at 6), and its name in the string table.
+            unsafe {
+                let sym = (symtab + i * 24) as *const u8;
+                let (st_name, shndx) = (*(sym as *const u32) as usize, *(sym.add(6) as *const u16));
+                if shndx != 0 || st_name + name.len() >= strsz {
+                    return false;
+                }
+                let s =
+                    core::slice::from_raw_parts((strtab + st_name) as *const u8, name.len() + 1);
+                &s[..name.len()] == name && s[name.len()] == 0
+            }
+        })
+    }
+
     /// Whether `pc` lies in one of the module's executable segments.
     pub fn contains(&self, pc: usize) -> bool {
         self.segments()

@@ -14,14 +14,15 @@
 //! The files, bottom up: `settings`, `files` (descriptors kept safe from the program),
 //! `chunks` (the chunks on disk), `collector` (the thread that keeps chunks ready), `meta`
 //! (the text file), `events` (a thread's chunk and its events), `shadow` (the shadow stack),
-//! `slow` (the slow paths), `unwind` (unwinders), and this file: start, threads, flush, end,
-//! fork. Uses every layer below the outputs, and `xray` for the objects it patches.
+//! `returns` (which objects call gcc's `__return__`), `slow` (the slow paths), `unwind`
+//! (unwinders), and this file: start, threads, flush, end, fork. Uses every layer below the outputs, and `xray` for the objects it patches.
 
 pub mod chunks;
 pub mod collector;
 pub mod events;
 pub mod files;
 pub mod meta;
+pub mod returns;
 pub mod settings;
 pub mod shadow;
 pub mod slow;

@@ -60,11 +60,16 @@ pub fn same_stack(tls: &mut Tls, a: usize, b: usize) -> bool {
     if alt(a) || alt(b) {
         return alt(a) && alt(b);
     }
+    know_own_stack(tls);
+    let own = |x: usize| x >= tls.stack_lo && x < tls.stack_hi;
+    own(a) && own(b)
+}
+
+/// Finds the thread's own stack, once (`Tls::stack_lo`, `stack_hi`).
+pub fn know_own_stack(tls: &mut Tls) {
     if tls.stack_hi == 0 {
         (tls.stack_lo, tls.stack_hi) = own_stack();
     }
-    let own = |x: usize| x >= tls.stack_lo && x < tls.stack_hi;
-    own(a) && own(b)
 }
 
 /// Whether a frame whose return slot is `e`, newer than the code now at slot `s` (returning,

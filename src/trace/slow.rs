@@ -1,6 +1,7 @@
 //! The slow paths of trace mode, entered (through crate::runtime::slow) with the guard held and
 //! every signal blocked: a counting call the fast path could not record, an exit the exit
-//! trampoline could not pair with its entry, and XRay entries and exits.
+//! trampoline could not pair with its entry, XRay entries and exits, and gcc's return route
+//! (`__fentry__` and `__return__` of -minstrument-return code), which takes XRay's.
 
 use core::ptr;
 use core::sync::atomic::Ordering;
@@ -30,20 +31,8 @@ pub unsafe fn call(tls: &mut Tls, block: &ThreadBlock, slot: *mut usize, self_pc
         if tls.unwound == UNWOUND {
             after_unwinding(tls, block, slot_addr, false, ts);
         }
-        // A tail call: the function that owned this very slot jumped here, leaving the
-        // trampoline in it. That function is done (its exit, now); this one returns where it
-        // would have returned, so its caller is the real one.
-        if let Some(top) = shadow_entries(tls).last()
-            && top.slot == slot
-            // SAFETY: slot is the function's return slot (per the contract).
-            && unsafe { *slot } == arch::exit_trampoline()
-        {
-            let (ret, func) = (top.ret, top.func);
-            pop(tls);
-            event(tls, block, EV_EXIT, func, ts);
-            // SAFETY: as above; the original return address goes back for the code below.
-            unsafe { *slot = ret };
-        }
+        // SAFETY: slot is the function's return slot (per the contract).
+        unsafe { tail_called(tls, block, slot, ts) };
         // The program may have set (or changed) its alternate signal stack meanwhile.
         (tls.alt_lo, tls.alt_hi) = alt_stack();
         close_gone(tls, block, slot_addr, true, ts);
@@ -89,6 +78,27 @@ pub unsafe fn call(tls: &mut Tls, block: &ThreadBlock, slot: *mut usize, self_pc
             tls.shadow_top += SH_BYTES;
             *slot = arch::exit_trampoline();
         }
+    }
+}
+
+/// A tail call: the function that owned this very slot jumped to the one being entered,
+/// leaving the exit trampoline in it. That function is done (its exit, now); the one entered
+/// returns where it would have returned, so its caller is the real one: the original return
+/// address goes back.
+///
+/// # Safety
+/// `slot` is the return slot of the function being entered.
+unsafe fn tail_called(tls: &mut Tls, block: &ThreadBlock, slot: *mut usize, ts: u64) {
+    if let Some(top) = shadow_entries(tls).last()
+        && top.slot == slot
+        // SAFETY: per the contract.
+        && unsafe { *slot } == arch::exit_trampoline()
+    {
+        let (ret, func) = (top.ret, top.func);
+        pop(tls);
+        event(tls, block, EV_EXIT, func, ts);
+        // SAFETY: as above.
+        unsafe { *slot = ret };
     }
 }
 
@@ -272,4 +282,55 @@ pub fn xray_exit(
     while shadow_entries(tls).last().is_some_and(tombstone) {
         pop(tls);
     }
+}
+
+/// An entry of gcc's return route (`__fentry__` of code that calls `__return__`) the fast path
+/// could not take: as an XRay entry ([`xray_entry`], nothing replaced), after the repair of a
+/// tail call from a function whose return address was replaced.
+///
+/// # Safety
+/// `slot` is the entered function's return slot.
+#[cfg(all(instrfn_arch, target_arch = "x86_64"))]
+pub unsafe fn return_entry(tls: &mut Tls, block: &ThreadBlock, slot: usize, func: usize, ts: u64) {
+    if !active() {
+        return;
+    }
+    if tls.unwound == UNWOUND {
+        after_unwinding(tls, block, slot, false, ts);
+    }
+    // SAFETY: per the contract.
+    unsafe { tail_called(tls, block, slot as *mut usize, ts) };
+    xray_entry(tls, block, slot, func, false, ts);
+}
+
+/// `__return__` where the fast path could not pair it (frames to close first, no entry of this
+/// frame on top, no room): as an XRay exit ([`xray_exit`]). A frame whose return address was
+/// replaced (entered before its object was known to call `__return__`) gets the original back,
+/// so that its `ret` goes straight to its caller, and its object is on the route from now on.
+/// The thread's own stack bounds are then known for the fast path.
+///
+/// # Safety
+/// `slot` is the returning function's return slot.
+#[cfg(all(instrfn_arch, target_arch = "x86_64"))]
+pub unsafe fn return_exit(tls: &mut Tls, block: &ThreadBlock, slot: usize, ts: u64) {
+    let replaced = shadow_entries(tls)
+        .iter()
+        .rev()
+        .find(|e| e.slot as usize == slot)
+        .map(|e| (e.ret, e.func));
+    xray_exit(tls, block, slot, 0, false, ts);
+    if let Some((ret, func)) = replaced
+        && ret != 0
+    {
+        let slot = slot as *mut usize;
+        // SAFETY: per the contract; the trampoline there is this frame's (after_unwinding put
+        // it back if an unwinder had taken it out).
+        unsafe {
+            if *slot == arch::exit_trampoline() {
+                *slot = ret;
+            }
+        }
+        super::returns::learned(func);
+    }
+    know_own_stack(tls);
 }

@@ -92,6 +92,7 @@ pub fn asm_source(arch: Arch) -> String {
         "exit.s",
         "guarded.s",
         "xray.s",
+        "return.s",
     ];
     let mut text = String::new();
     for name in order {

@@ -117,6 +117,12 @@ instrfn_x86_64_\name:
     .ifc \trace,hijack
     cmpb $2, instrfn_mode(%rip)             # exits off (INSTRFN_EXITS): entries only
     je .Ltnoexit_\name
+    .ifc \name,fentry
+    ja instrfn_x86_64_fentry_return         # mode 3: code that calls __return__ is loaded
+    .globl instrfn_x86_64_fentry_hijack     # (src/arch/x86_64/return.s; it comes back here
+    .hidden instrfn_x86_64_fentry_hijack    # for any other code)
+instrfn_x86_64_fentry_hijack:
+    .endif
     cmpq $0, %fs:{TLS_UNWOUND}(%rax)
     jne .Ltslow_\name
     leaq \from, %rdi                        # the return slot

@@ -1,17 +1,25 @@
 //! x86_64 (System V ABI): `mcount`/`_mcount` after the prologue (from_pc at `8(%rbp)`) and
-//! `__fentry__` before it (from_pc at `8(%rsp)`). The routines and their register contracts are
-//! in `src/arch/x86_64/`.
+//! `__fentry__` before it (from_pc at `8(%rsp)`), and gcc's `__return__`
+//! (`-minstrument-return=call`) before each return. The routines and their register contracts
+//! are in `src/arch/x86_64/`.
 
+pub mod return_route;
 pub mod sled;
 
-// The trampolines, then the XRay trampolines (src/xray/ patches sleds to reach them), as one
-// block: src/arch/x86_64/xray.s uses src/arch/x86_64/'s trace macros (SCRATCH_SAVE, SCRATCH_RESTORE,
-// TIMESTAMP, TRACE_EVENT, SHADOW_RESERVE, SHADOW_RELEASE, SHADOW_POP) and this one
-// operand list.
-trampoline_asm!("base.s" + "events.s" + "counting.s" + "exit.s" + "guarded.s" + "xray.s", att_syntax;
+// The trampolines, then the XRay trampolines (src/xray/ patches sleds to reach them) and gcc's
+// return route, as one block: src/arch/x86_64/xray.s and return.s use src/arch/x86_64/'s trace
+// macros (SCRATCH_SAVE, SCRATCH_RESTORE, TIMESTAMP, MERGE_CALL, TRACE_EVENT, SHADOW_RESERVE,
+// SHADOW_RELEASE, SHADOW_POP) and this one operand list.
+trampoline_asm!("base.s" + "events.s" + "counting.s" + "exit.s" + "guarded.s" + "xray.s" + "return.s", att_syntax;
     EV_NOEXIT = const crate::abi::format::EV_NOEXIT,
     // (Call words: x86_64, riscv64 and s390x subtract the offset as such.)
     EV_CALL_FN_OFFSET = const crate::abi::format::EV_CALL_FN_OFFSET,
+    // The return route (return.s): the thread's stack bounds, the code ranges' table.
+    TLS_STACK_LO = const core::mem::offset_of!(crate::abi::Tls, stack_lo),
+    TLS_STACK_HI = const core::mem::offset_of!(crate::abi::Tls, stack_hi),
+    TLS_ALT_LO = const core::mem::offset_of!(crate::abi::Tls, alt_lo),
+    TLS_ALT_HI = const core::mem::offset_of!(crate::abi::Tls, alt_hi),
+    RETURN_RANGES = const return_route::RANGES,
 );
 
 /// `naked_asm!` in AT&T syntax, like src/arch/x86_64/.
@@ -32,6 +40,16 @@ entry_point! {
     /// `__fentry__`: called as the first instruction by `gcc -pg -mfentry` code.
     /// ABI here: every register preserved.
     __fentry__ => "jmp instrfn_x86_64_fentry"
+}
+entry_point! {
+    /// `__return__`: called before each `ret` and each tail-call `jmp` by `gcc -pg -mfentry
+    /// -minstrument-return=call` code. ABI here: every register preserved but the flags. Modes
+    /// 0 (gmon) and 2 (entries only) return at once; 1 and 3 (odd) record the exit
+    /// (src/arch/x86_64/return.s). `instrfn_x86_64_return_entry` is the same address, hidden:
+    /// how the runtime names its own `__return__`, which a program's definition may interpose.
+    __return__ => ".globl instrfn_x86_64_return_entry", ".hidden instrfn_x86_64_return_entry",
+        "instrfn_x86_64_return_entry:",
+        "testb $1, instrfn_mode(%rip)", "jnz instrfn_x86_64_return", "ret"
 }
 entry_point! {
     /// `__cyg_profile_func_enter(this_fn, call_site)`: called by `-finstrument-functions` code

@@ -105,3 +105,32 @@ pub unsafe extern "C" fn instrfn_xray_slow(tls: *mut Tls, slot_kind: usize, entr
         0
     })
 }
+
+/// The slow path of gcc's return route (src/arch/x86_64/return.s): `slot_kind` is the
+/// instrumented function's return slot with its low bits 0 (its `__fentry__`, `func` its
+/// address) or 1 (its `__return__`). Entries push a shadow entry without replacing the return
+/// address, `__return__` pops it, as for XRay frames (crate::trace::slow `return_entry`,
+/// `return_exit`).
+///
+/// # Safety
+/// Only the return route's trampolines call this, with `tls` = this thread's Tls block and the
+/// function's return slot.
+#[cfg(all(instrfn_arch, target_arch = "x86_64"))]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn instrfn_return_slow(tls: *mut Tls, slot_kind: usize, func: usize) {
+    keeping_errno(|| {
+        // SAFETY: per the contract, this thread's Tls block.
+        let tls = unsafe { &mut *tls };
+        let (slot, kind) = (slot_kind & !7, slot_kind & 7);
+        let ts = arch::counter();
+        if kind == 0 {
+            if let Some(block) = ready_block(tls) {
+                // SAFETY: per the contract.
+                unsafe { trace::slow::return_entry(tls, block, slot, func, ts) };
+            }
+        } else if let Some(block) = ready_block(tls).or_else(|| thread::block_of(tls)) {
+            // SAFETY: per the contract.
+            unsafe { trace::slow::return_exit(tls, block, slot, ts) };
+        }
+    })
+}
