@@ -85,3 +85,28 @@ const _: () = assert!(HDR_CBASE + 8 <= CHUNK_HEADER);
 const _: () = assert!(EV_SHORT_FN_SHIFT == EV_TAG_BITS + EV_TIME_BITS);
 const _: () = assert!(EV_CALL_MARK == 1 << (EV_TAG_BITS + EV_CALL_LOW_BITS));
 const _: () = assert!(EV_LONG_SHIFT == EV_TAG_BITS + EV_CALL_LOW_BITS + 1);
+
+/// Ring mode (`INSTRFN_MODE=ring`): the ring file `<pid>.<image>.ring`. Its first
+/// `RING_FILE_HEADER` bytes are the file header; ring r (the rings of thread slot r) starts at
+/// `RING_FILE_HEADER + r * region`, where region = `RING_HEADER + chunks * chunk size`.
+pub const RING_FILE_MAGIC: &[u8; 8] = b"IFNRINGS";
+pub const RING_MAGIC: &[u8; 8] = b"IFNRING1";
+pub const RING_VERSION: u32 = 1;
+pub const RING_FILE_HEADER: usize = 4096;
+pub const RING_HEADER: usize = 4096;
+/// The file header's fields (byte offsets): version, chunk size, chunks per ring (u32 each),
+/// then the bytes of one ring's region (u64).
+pub const RF_VERSION: usize = 8;
+pub const RF_CHUNK: usize = 12;
+pub const RF_CHUNKS: usize = 16;
+pub const RF_REGION: usize = 24;
+/// A ring header's fields: version, slot, tid (u32 each), then the sequence number of the
+/// newest chunk and how many times the ring went round (u64 each).
+pub const RH_VERSION: usize = 8;
+pub const RH_SLOT: usize = 12;
+pub const RH_TID: usize = 16;
+pub const RH_NEWEST: usize = 24;
+pub const RH_WRAPS: usize = 32;
+/// A ring chunk's sequence number while the thread rewrites it: a reader that sees it, or sees
+/// the number change across its copy, drops the copy.
+pub const SEQ_REWRITING: u64 = u64::MAX;
