@@ -29,6 +29,13 @@ pub struct Config {
     pub crash_write: bool,
     /// INSTRFN_MODE=trace: entry/exit events instead of gmon.out (src/trace/).
     pub trace: bool,
+    /// INSTRFN_MODE=ring: bytes of each thread's ring (INSTRFN_RING; 0: trace mode writes
+    /// every event).
+    pub ring: usize,
+    /// INSTRFN_EXIT_SNAPSHOT: whether ring mode takes a snapshot at exit.
+    pub exit_snapshot: bool,
+    /// INSTRFN_SNAPSHOT_SIGNAL: the signal on which ring mode takes a snapshot, if any.
+    pub snapshot_signal: Option<c_int>,
     /// INSTRFN_OUTPUT: the trace directory.
     output: [u8; MAX_PREFIX],
     output_len: usize,
@@ -72,6 +79,12 @@ pub const DEFAULT_HZ: u32 = 1000;
 /// thread.
 pub const DEFAULT_BUFSIZE: usize = 1 << 20;
 const MIN_BUFSIZE: usize = 4096;
+/// 4 MiB per thread: 16 chunks of 256 KiB. A busy thread writes 8 bytes per call (a call
+/// word) to 16 per call, so a ring holds its last 250 000 to 500 000 calls: 6-12 ms of the
+/// threads workload at full speed (docs/flight-recorder.md), seconds of a server thread.
+pub const DEFAULT_RING: usize = 4 << 20;
+const MIN_RING: usize = 64 << 10;
+const MAX_RING: usize = 1 << 30;
 const MAX_BUFSIZE: usize = 1 << 30;
 pub const DEFAULT_DEPTH: usize = 4096;
 /// Exits are traced by default where the unwinder can be wrapped (glibc: it is libgcc_s,
@@ -96,6 +109,9 @@ impl Config {
         verbose: false,
         crash_write: true,
         trace: false,
+        ring: 0,
+        exit_snapshot: true,
+        snapshot_signal: None,
         output: [0; MAX_PREFIX],
         output_len: 0,
         bufsize: DEFAULT_BUFSIZE,
@@ -167,10 +183,14 @@ impl Config {
             match core::str::from_utf8(v).map(str::trim) {
                 Ok("gmon") => c.trace = false,
                 Ok("trace") => c.trace = true,
+                Ok("ring") => {
+                    c.trace = true;
+                    c.ring = DEFAULT_RING;
+                }
                 _ => invalid(
                     "INSTRFN_MODE",
                     v,
-                    format_args!("gmon or trace"),
+                    format_args!("gmon, trace or ring"),
                     format_args!("gmon"),
                 ),
             }
@@ -197,6 +217,36 @@ impl Config {
                     v,
                     format_args!("a size from 4K to 1G (bytes, or with K, M, G)"),
                     format_args!("1M"),
+                ),
+            }
+        }
+        if c.ring > 0
+            && let Some(v) = var(c"INSTRFN_RING")
+        {
+            match parse_size(v) {
+                Some(n) if (MIN_RING as u64..=MAX_RING as u64).contains(&n) => {
+                    c.ring = (n as usize).next_multiple_of(16 << 12)
+                }
+                _ => invalid(
+                    "INSTRFN_RING",
+                    v,
+                    format_args!("a size from 64K to 1G (bytes, or with K, M, G)"),
+                    format_args!("4M"),
+                ),
+            }
+        }
+        switch(c"INSTRFN_EXIT_SNAPSHOT", &mut c.exit_snapshot);
+        if let Some(v) = var(c"INSTRFN_SNAPSHOT_SIGNAL") {
+            match parse_signal(v) {
+                Some(sig) if Some(sig) != c.dump_signal => c.snapshot_signal = Some(sig),
+                _ => invalid(
+                    "INSTRFN_SNAPSHOT_SIGNAL",
+                    v,
+                    format_args!(
+                        "a signal name or number such as USR1, SIGUSR2, HUP or 10 \
+                         (not KILL, STOP, PROF, a fault signal or INSTRFN_DUMP_SIGNAL's)"
+                    ),
+                    format_args!("no snapshot signal"),
                 ),
             }
         }

@@ -43,8 +43,8 @@ mod xray;
 
 pub use runtime::api::{
     __monstartup, _mcleanup, instrfn_calls_recorded, instrfn_debug_call_guarded,
-    instrfn_debug_clear_thread, instrfn_flush, instrfn_start, instrfn_stop, instrfn_write_gmon,
-    moncontrol, monstartup,
+    instrfn_debug_clear_thread, instrfn_flush, instrfn_snapshot, instrfn_start, instrfn_stop,
+    instrfn_write_gmon, moncontrol, monstartup,
 };
 
 // libc, linked by name whatever features other packages of a build turn on in the `libc` crate:
@@ -84,6 +84,16 @@ pub fn write_gmon() -> Result<(), Errno> {
 /// need no flush: they are in the trace files the moment they are recorded.
 pub fn flush() -> Result<(), Errno> {
     match runtime::api::instrfn_flush() {
+        0 => Ok(()),
+        e => Err(Errno(e)),
+    }
+}
+
+/// Ring mode (`INSTRFN_MODE=ring`): takes a snapshot of every thread's ring into
+/// `<INSTRFN_OUTPUT>/snapshots/<n>/` now, a trace directory `instrfn report` reads. The threads
+/// keep recording. `Err(Errno(EINVAL))`: the process does not record into rings.
+pub fn snapshot() -> Result<(), Errno> {
+    match runtime::api::instrfn_snapshot() {
         0 => Ok(()),
         e => Err(Errno(e)),
     }

@@ -54,6 +54,10 @@ fn start_tracing(config: &Config) -> bool {
     }
     trace::collector::configure(config.collector, config.collector_nice);
     trace::configure_filters(config.depth, config.min_duration_ns, config.call_words);
+    let chunk = match trace::ring::configure(config.ring, config.exit_snapshot) {
+        0 => config.bufsize,
+        ring_chunk => ring_chunk,
+    };
     let depth = if config.depth > 0 {
         config.depth
     } else {
@@ -61,7 +65,7 @@ fn start_tracing(config: &Config) -> bool {
     };
     let ok = trace::start(
         config.output(),
-        config.bufsize,
+        chunk,
         config.trace_limit,
         depth,
         config.exits,
@@ -144,9 +148,24 @@ pub fn write_gmon(config: &Config, exe: &Module) -> c_int {
     gmon::write(config, exe, false)
 }
 
-/// The program crashed: gmon.out, if another writer does not hold it for too long.
+/// The program crashed: a snapshot of the rings in ring mode, else gmon.out, if another
+/// writer does not hold it for too long.
 pub fn write_on_crash(config: &Config, exe: &Module) {
-    gmon::write_on_crash(config, exe);
+    if trace::active() && trace::ring::on() {
+        trace::ring::snapshot(b"crash");
+    } else {
+        gmon::write_on_crash(config, exe);
+    }
+}
+
+/// A snapshot of the rings now (`instrfn_snapshot`, the snapshot signal): 0, or an errno
+/// value (EINVAL: not ring mode).
+pub fn snapshot(reason: &[u8]) -> c_int {
+    if trace::active() {
+        trace::ring::snapshot(reason)
+    } else {
+        libc::EINVAL
+    }
 }
 
 /// Before dlclose of a loaded object: the trace notes what is loaded (its `module` lines), or

@@ -266,6 +266,8 @@ pub struct BlockTrace {
     /// The owner's sink once the trace is full (mapped when first needed and kept with the
     /// block).
     pub sink: AtomicUsize,
+    /// Ring mode: the block's ring mapping (0: not made yet; 1: it could not be made).
+    pub ring: AtomicUsize,
 }
 
 impl BlockTrace {
@@ -282,6 +284,7 @@ impl BlockTrace {
             pos: AtomicUsize::new(0),
             end: AtomicUsize::new(0),
             sink: AtomicUsize::new(0),
+            ring: AtomicUsize::new(0),
         }
     }
 }

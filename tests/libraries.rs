@@ -301,6 +301,7 @@ fn expected_exports(fentry: bool, cyg: bool) -> Vec<&'static str> {
         "instrfn_write_gmon",
         "instrfn_flush",
         "instrfn_calls_recorded",
+        "instrfn_snapshot",
         "execve",
         "execv",
         "execvp",

@@ -14,19 +14,30 @@ use crate::tables::arcs;
 use crate::{abi, output, sys, thread};
 
 pub fn install_dump_signal(sig: c_int) {
+    install_signal(
+        sig,
+        "INSTRFN_DUMP_SIGNAL",
+        instrfn_dump_entry as *const () as usize,
+    );
+}
+
+/// INSTRFN_SNAPSHOT_SIGNAL: a snapshot of the rings on `sig`.
+pub fn install_snapshot_signal(sig: c_int) {
+    install_signal(
+        sig,
+        "INSTRFN_SNAPSHOT_SIGNAL",
+        instrfn_snapshot_signal_entry as *const () as usize,
+    );
+}
+
+/// Installs `handler` for `sig`, unless the program handles it itself (said in one line).
+fn install_signal(sig: c_int, setting: &str, handler: usize) {
     let old = sys::handler_of(sig);
     if old != libc::SIG_DFL && old != libc::SIG_IGN {
-        message!(
-            "INSTRFN_DUMP_SIGNAL: the program handles signal {sig} itself; not installing the \
-             dump handler"
-        );
+        message!("{setting}: the program handles signal {sig} itself; not installing a handler");
         return;
     }
-    if !sys::install_handler(
-        sig,
-        instrfn_dump_entry as *const () as usize,
-        libc::SA_RESTART,
-    ) {
+    if !sys::install_handler(sig, handler, libc::SA_RESTART) {
         message!(
             "cannot install the handler for signal {sig}: {}",
             sys::Errno(sys::errno())
@@ -38,6 +49,35 @@ guarded_entry! {
     /// Handler of INSTRFN_DUMP_SIGNAL: writes gmon.out now.
     fn instrfn_dump_entry(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void)
         => on_dump_signal
+}
+
+guarded_entry! {
+    /// Handler of INSTRFN_SNAPSHOT_SIGNAL: a snapshot of the rings now.
+    fn instrfn_snapshot_signal_entry(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void)
+        => on_snapshot_signal
+}
+
+extern "C" fn on_snapshot_signal(_sig: c_int, _info: *mut libc::siginfo_t, _uc: *mut c_void) {
+    if let Some(rt) = started()
+        && rt.owned_here()
+    {
+        output::snapshot(b"signal");
+    }
+}
+
+guarded_entry! {
+    /// Ring mode: takes a snapshot of every thread's ring into `<INSTRFN_OUTPUT>/snapshots/<n>/`
+    /// now; the threads keep recording. Returns 0, or an errno value (EINVAL: the process does
+    /// not record into rings; others after printing why on stderr).
+    #[unsafe(no_mangle)]
+    pub fn instrfn_snapshot() -> c_int => api_snapshot
+}
+
+extern "C" fn api_snapshot() -> c_int {
+    match started() {
+        Some(rt) if rt.owned_here() => output::snapshot(b"api"),
+        _ => libc::EINVAL,
+    }
 }
 
 extern "C" fn on_dump_signal(_sig: c_int, _info: *mut libc::siginfo_t, _uc: *mut c_void) {

@@ -102,7 +102,8 @@ extern "C" fn on_load() {
     // that call is traced too (its files are made by start-up, at that call).
     if crate::arch::TRACE_SUPPORTED
         && !sys::secure_mode()
-        && sys::getenv(c"INSTRFN_MODE").is_some_and(|v| v.trim_ascii() == b"trace")
+        && sys::getenv(c"INSTRFN_MODE")
+            .is_some_and(|v| matches!(v.trim_ascii(), b"trace" | b"ring"))
     {
         // (In a static program another constructor may have made a counting call first,
         // which started the runtime and chose the mode, entries only with INSTRFN_EXITS=off:
@@ -132,6 +133,11 @@ fn start_up() -> Runtime {
     output::start_sampling(&config);
     if let Some(sig) = config.dump_signal {
         api::install_dump_signal(sig);
+    }
+    if let Some(sig) = config.snapshot_signal
+        && config.ring > 0
+    {
+        api::install_snapshot_signal(sig);
     }
     if config.crash_write {
         crash::install();

@@ -22,6 +22,8 @@ pub struct Session {
     pub meta: TraceFile,
     /// The staging file: the chunks threads write in, reused once committed.
     pub stage: TraceFile,
+    /// Ring mode's ring file (instead of the events and staging files).
+    pub ring: TraceFile,
     /// Chunks committed to the events file so far (the next one's index there).
     pub committed: AtomicU64,
     /// Chunks of the staging file made so far (the next one's index there).
@@ -40,6 +42,7 @@ pub static SESSION: Session = Session {
     events: TraceFile::new(b".events", libc::O_WRONLY),
     meta: TraceFile::new(b".meta", libc::O_WRONLY | libc::O_APPEND),
     stage: TraceFile::new(b".stage", libc::O_RDWR),
+    ring: TraceFile::new(b".ring", libc::O_RDWR),
     committed: AtomicU64::new(0),
     staged: AtomicU64::new(0),
     handed: AtomicU64::new(0),
@@ -50,7 +53,7 @@ pub static SESSION: Session = Session {
 
 /// Whether this process traces.
 pub fn active() -> bool {
-    SESSION.events.raw() >= 0
+    SESSION.events.raw() >= 0 || SESSION.ring.raw() >= 0
 }
 
 /// Marks the file full (it cannot grow: `errno`; or 0, the limit is reached).

@@ -8,6 +8,7 @@ use core::sync::atomic::Ordering;
 use super::chunks::{SESSION, new_chunk, say_full, set_full};
 use super::collector;
 use super::meta::meta;
+use super::ring;
 use super::settings::{CHUNK_BYTES, MAX_CHUNKS, NO_CALL_WORDS};
 use crate::abi::Tls;
 use crate::abi::format::*;
@@ -26,6 +27,37 @@ const SINK_BYTES: usize = 16 << 10;
 /// there is none (the file cannot grow, or the limit is reached): the caller counts the event
 /// as lost.
 pub fn refill(tls: &mut Tls, block: &ThreadBlock, hint: usize, ts: u64) -> bool {
+    let size = CHUNK_BYTES.load(Ordering::Relaxed);
+    let t = &block.trace;
+    let (base, seq) = if ring::on() {
+        // The chunk left stays in the ring: nothing to retire.
+        let Some((base, seq)) = ring::next_chunk(tls, block) else {
+            return false;
+        };
+        t.chunk.store(base, Ordering::Relaxed);
+        (base, seq)
+    } else {
+        let Some(base) = take_chunk() else {
+            say_full();
+            return false;
+        };
+        let old = t.chunk.swap(base, Ordering::Relaxed);
+        if old != 0 {
+            let old_end = tls.trace_pos.clamp(old + CHUNK_HEADER, old + size);
+            let older = t.prev.swap(old, Ordering::Relaxed);
+            let older_end = t.prev_end.swap(old_end, Ordering::Relaxed);
+            retire_chunk(tls, t, older, older_end);
+        }
+        (base, t.seq.fetch_add(1, Ordering::Relaxed))
+    };
+    write_header(tls, block, base, seq, hint, ts);
+    true
+}
+
+/// A chunk of the staging file for this thread: a prepared one from the collector's pool, or
+/// one it commits or maps itself. None if there is none: the file cannot grow, or the limit is
+/// reached.
+fn take_chunk() -> Option<usize> {
     let mut base = 0;
     if !SESSION.full.load(Ordering::Relaxed) {
         if SESSION.handed.fetch_add(1, Ordering::Relaxed) >= MAX_CHUNKS.load(Ordering::Relaxed) {
@@ -45,20 +77,12 @@ pub fn refill(tls: &mut Tls, block: &ThreadBlock, hint: usize, ts: u64) -> bool 
             }
         }
     }
-    if base == 0 {
-        say_full();
-        return false;
-    }
+    (base != 0).then_some(base)
+}
+
+/// Writes the header of the chunk at `base`, sequence number `seq`, and makes it this thread's.
+fn write_header(tls: &mut Tls, block: &ThreadBlock, base: usize, seq: u64, hint: usize, ts: u64) {
     let size = CHUNK_BYTES.load(Ordering::Relaxed);
-    let t = &block.trace;
-    let old = t.chunk.swap(base, Ordering::Relaxed);
-    if old != 0 {
-        let old_end = tls.trace_pos.clamp(old + CHUNK_HEADER, old + size);
-        let older = t.prev.swap(old, Ordering::Relaxed);
-        let older_end = t.prev_end.swap(old_end, Ordering::Relaxed);
-        retire_chunk(tls, t, older, older_end);
-    }
-    let seq = t.seq.fetch_add(1, Ordering::Relaxed);
     // The code base stays while the function is in its reach (so a thread's chunks share it).
     let prev = tls.trace_cbase;
     let hint = hint as u64;
@@ -75,8 +99,9 @@ pub fn refill(tls: &mut Tls, block: &ThreadBlock, hint: usize, ts: u64) -> bool 
     } else {
         now
     };
-    // SAFETY: the header lies at the start of the chunk, which is all zero (fresh or cleared
-    // by `commit`). The magic goes last: a reader sees a whole header or an unused chunk.
+    // SAFETY: the header lies at the start of the chunk, whose events are all zero (fresh,
+    // cleared by `commit`, or rewritten by ring::next_chunk). The magic goes last: a reader
+    // sees a whole header or an unused chunk; in a ring the sequence number goes last of all.
     unsafe {
         let h = base as *mut u8;
         h.add(HDR_TBASE).cast::<u64>().write(tbase);
@@ -85,7 +110,11 @@ pub fn refill(tls: &mut Tls, block: &ThreadBlock, hint: usize, ts: u64) -> bool 
         h.add(HDR_SIZE).cast::<u32>().write(size as u32);
         h.add(HDR_SLOT).cast::<u32>().write(block.index);
         h.add(HDR_TID).cast::<u32>().write(sys::gettid());
-        h.add(HDR_SEQ).cast::<u64>().write(seq);
+        if ring::on() {
+            ring::publish(block, base, seq);
+        } else {
+            h.add(HDR_SEQ).cast::<u64>().write(seq);
+        }
         core::sync::atomic::compiler_fence(Ordering::SeqCst);
         ptr::copy_nonoverlapping(CHUNK_MAGIC.as_ptr(), h, 8);
     }
@@ -94,7 +123,6 @@ pub fn refill(tls: &mut Tls, block: &ThreadBlock, hint: usize, ts: u64) -> bool 
     tls.trace_tbase = tbase;
     tls.trace_cbase = cbase as usize;
     keep_from_call_words(tls);
-    true
 }
 
 /// INSTRFN_CALL_WORDS=off: a pin that no chunk has (no chunk ends at 1) keeps this thread's
@@ -197,7 +225,7 @@ pub fn event(tls: &mut Tls, block: &ThreadBlock, kind: usize, value: usize, ts: 
         tls.trace_lost += 1;
     }
     // For good only: a chunk that could not be mapped (no memory) is tried again next time.
-    if SESSION.full.load(Ordering::Relaxed) {
+    if SESSION.full.load(Ordering::Relaxed) || ring::failed(block) {
         enter_sink(tls, block);
     }
 }

@@ -165,6 +165,19 @@ pub fn take_reopened() -> u32 {
 
 const PATH_BYTES: usize = 1400;
 
+/// Calls `f(dir, name)` with the trace files' directory and their name without suffix
+/// (`<pid>.<k>`); does nothing if no path was kept ([`set_path`]).
+pub fn with_path(f: impl FnOnce(&[u8], &[u8])) {
+    let len = PATH.len.load(Ordering::Acquire);
+    if len == 0 {
+        return;
+    }
+    // SAFETY: see `Path`: `len` bytes are set, and not written while in use.
+    let path = unsafe { &(&*PATH.bytes.get())[..len] };
+    let slash = path.iter().rposition(|&b| b == b'/').unwrap_or(0);
+    f(&path[..slash], &path[slash + 1..]);
+}
+
 /// The trace's files' absolute path without their suffix (`<dir>/<pid>.<k>`).
 struct Path {
     bytes: UnsafeCell<[u8; PATH_BYTES]>,

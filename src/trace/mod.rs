@@ -23,6 +23,7 @@ pub mod events;
 pub mod files;
 pub mod meta;
 pub mod returns;
+pub mod ring;
 pub mod settings;
 pub mod shadow;
 pub mod slow;
@@ -91,7 +92,8 @@ pub fn start(dir: &[u8], chunk_bytes: usize, limit: u64, depth: usize, exits: bo
     // file, which holds the chunks in use (up to 12 with two threads and a starved
     // collector), stays below it.
     let fsize = sys::file_size_limit();
-    let chunk_bytes = if fsize / 16 < chunk_bytes as u64 {
+    // (A ring's chunks are a sixteenth of it: a ring that does not fit is said when made.)
+    let chunk_bytes = if fsize / 16 < chunk_bytes as u64 && !ring::on() {
         ((fsize / 16) as usize & !4095).max(4096)
     } else {
         chunk_bytes
@@ -136,9 +138,16 @@ pub fn start(dir: &[u8], chunk_bytes: usize, limit: u64, depth: usize, exits: bo
         }
     };
     let meta = open(b".meta", libc::O_WRONLY | libc::O_APPEND);
-    let events = open(b".events", libc::O_WRONLY);
-    let stage = open(b".stage", libc::O_RDWR);
-    if meta < 0 || events < 0 || stage < 0 {
+    // Ring mode writes the ring file instead of the events and staging files.
+    let (events, stage) = if ring::on() {
+        (open(b".ring", libc::O_RDWR), -2)
+    } else {
+        (
+            open(b".events", libc::O_WRONLY),
+            open(b".stage", libc::O_RDWR),
+        )
+    };
+    if meta < 0 || events < 0 || stage == -1 {
         message!(
             "cannot create the trace files in {}: {}; not tracing",
             Bytes(dir),
@@ -160,7 +169,9 @@ pub fn start(dir: &[u8], chunk_bytes: usize, limit: u64, depth: usize, exits: bo
     }
     files::set_path(dir, name.as_bytes());
     let meta = SESSION.meta.set(meta);
-    SESSION.stage.set(stage);
+    if stage >= 0 {
+        SESSION.stage.set(stage);
+    }
     META_BYTES.store(0, Ordering::Relaxed);
     META_RESERVED.store(0, Ordering::Relaxed);
     reserve_meta(meta);
@@ -169,6 +180,18 @@ pub fn start(dir: &[u8], chunk_bytes: usize, limit: u64, depth: usize, exits: bo
         abi::set_mode(Mode::TraceEntries);
     }
     write_header();
+    if ring::on() {
+        let fd = SESSION.ring.set(events);
+        if !ring::start(fd) {
+            // SAFETY: closing our own descriptors.
+            unsafe {
+                libc::close(SESSION.ring.take());
+                libc::close(SESSION.meta.take());
+            }
+            return false;
+        }
+        return true;
+    }
     SESSION.events.set(events);
     collector::start();
     true
@@ -267,6 +290,7 @@ pub fn thread_started(tls: &mut Tls, block: &ThreadBlock) {
         take_bases(tls, t.chunk.load(Ordering::Relaxed));
     }
     keep_from_call_words(tls);
+    ring::thread_started(block);
     tls.unwound = 0;
     let (lo, hi) = alt_stack();
     tls.alt_lo = lo;
@@ -330,7 +354,12 @@ pub fn flush() -> c_int {
     }
     note_modules();
     let mut result = 0;
-    for file in [&SESSION.events, &SESSION.stage, &SESSION.meta] {
+    for file in [
+        &SESSION.events,
+        &SESSION.stage,
+        &SESSION.ring,
+        &SESSION.meta,
+    ] {
         let fd = file.get();
         // SAFETY: fdatasync of our own descriptor.
         if fd >= 0 && unsafe { libc::fdatasync(fd) } != 0 && result == 0 {
@@ -368,6 +397,7 @@ pub fn finish() {
         arch::CLOCK_NAME
     ));
     meta(format_args!("end {counter:#x} {mono}"));
+    ring::finish();
     release_meta();
 }
 
@@ -377,7 +407,12 @@ pub fn after_fork(dir: &[u8]) {
     if !active() {
         return;
     }
-    for file in [&SESSION.events, &SESSION.stage, &SESSION.meta] {
+    for file in [
+        &SESSION.events,
+        &SESSION.stage,
+        &SESSION.ring,
+        &SESSION.meta,
+    ] {
         // Only if still ours (a descriptor the program closed may be the program's now).
         let old = file.take();
         if old >= 0 {
@@ -423,6 +458,8 @@ pub fn after_fork(dir: &[u8]) {
             }
         }
     }
+    // SAFETY: this thread's TLS block (the only thread).
+    ring::after_fork(thread::block_of(unsafe { &*abi::tls() }));
     for block in thread::blocks() {
         // The parent's chunk mappings are shared with the parent: never write them here.
         block.trace.chunk.store(0, Ordering::Relaxed);
