@@ -374,7 +374,13 @@ fn take(reason: &[u8]) -> Result<(), i32> {
             return Err(e);
         }
     };
-    let r = copy_meta(meta_out, &name, reason).and_then(|()| copy_rings(events, meta_out));
+    let r = copy_meta(meta_out, &name, reason)
+        .and_then(|()| copy_rings(events, meta_out))
+        .and_then(|kept| {
+            let mut line = StackBuf::<64>::new();
+            let _ = write!(line, "complete {kept}\n");
+            write_all(meta_out, line.as_bytes())
+        });
     close(events);
     close(meta_out);
     r
@@ -412,8 +418,8 @@ fn copy_meta(out: i32, name: &StackBuf<64>, reason: &[u8]) -> Result<(), i32> {
 }
 
 /// Each ring's chunks that its thread did not rewrite during their copy, into `events` back
-/// to back, and after each ring its `window` line into `meta_out`.
-fn copy_rings(events: i32, meta_out: i32) -> Result<(), i32> {
+/// to back, and after each ring its `window` line into `meta_out`. Returns the chunks kept.
+fn copy_rings(events: i32, meta_out: i32) -> Result<usize, i32> {
     let n = CHUNKS.load(Ordering::Relaxed);
     let size = CHUNK_BYTES.load(Ordering::Relaxed);
     let mut kept = 0usize;
@@ -484,5 +490,5 @@ fn copy_rings(events: i32, meta_out: i32) -> Result<(), i32> {
             [events as usize, kept * size, 0, 0, 0, 0],
         )
     };
-    if r < 0 { Err(-r as i32) } else { Ok(()) }
+    if r < 0 { Err(-r as i32) } else { Ok(kept) }
 }

@@ -1,0 +1,510 @@
+//! The flight recorder (`INSTRFN_MODE=ring`, docs/flight-recorder.md): each thread keeps its
+//! newest events in a ring, and snapshots (at exit, by the API, on a signal, on a crash) are
+//! trace directories `instrfn dump` reads. tests/fixtures/c/ring.c makes a known call shape
+//! on T threads and then ends as its third argument says.
+
+#[macro_use]
+mod common;
+
+use common::*;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+feature_tests! {
+    flight_recorder:
+    a_ring_keeps_exactly_its_newest_events(x86_64, aarch64, riscv64, s390x),
+    snapshot_by_the_api(x86_64, aarch64),
+    snapshot_on_a_signal_shows_where_threads_wait(x86_64, aarch64, riscv64, s390x),
+    crash_snapshot_holds_the_calls_that_led_to_it(x86_64),
+    a_fork_child_records_into_rings_of_its_own(x86_64),
+    a_full_disk_is_said_once_and_the_program_runs_on(x86_64),
+}
+
+/// One round of a worker of ring.c: (kind, function).
+const ROUND: [(&str, &str); 6] = [
+    ("entry", "outer"),
+    ("entry", "inner_a"),
+    ("exit", "inner_a"),
+    ("entry", "inner_b"),
+    ("exit", "inner_b"),
+    ("exit", "outer"),
+];
+
+/// ring.c built for `arch` (-pg, preloaded) in a fresh work directory.
+fn ring_fixture(arch: Arch, name: &str) -> (PathBuf, PathBuf) {
+    let dir = workdir(&format!("ring-{name}-{}", arch.name));
+    let exe = build_c(arch, &dir, "ring.c", &[], Link::Preload);
+    (dir, exe)
+}
+
+/// The environment of a ring-mode run into `trace`, with `extra` after it.
+fn ring_env<'a>(arch: Arch, trace: &'a str, extra: &[(&'a str, &'a str)]) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("LD_PRELOAD".to_string(), preload_path(arch)),
+        ("INSTRFN_MODE".to_string(), "ring".to_string()),
+        ("INSTRFN_OUTPUT".to_string(), trace.to_string()),
+    ];
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    env
+}
+
+fn ring_command(
+    arch: Arch,
+    exe: &Path,
+    args: &[&str],
+    env: &[(String, String)],
+    dir: &Path,
+) -> Command {
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    command(arch, exe, args, &env, dir)
+}
+
+/// The snapshot directories of a ring trace, by number.
+fn snapshots(trace: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<(u32, PathBuf)> = std::fs::read_dir(trace.join("snapshots"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path())))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v.into_iter().map(|(_, p)| p).collect()
+}
+
+/// A snapshot's `window` lines: (slot, tid, first, last, wraps, dropped).
+fn windows(snapshot: &Path) -> Vec<[u64; 6]> {
+    meta_text(snapshot)
+        .lines()
+        .filter_map(|l| l.strip_prefix("window "))
+        .map(|l| {
+            let n: Vec<u64> = l.split_whitespace().map(|w| w.parse().unwrap()).collect();
+            n.try_into().unwrap()
+        })
+        .collect()
+}
+
+/// The chunks a finished snapshot kept (its `complete` line), None while it is written.
+fn complete(snapshot: &Path) -> Option<u64> {
+    let text = std::fs::read_dir(snapshot)
+        .ok()?
+        .flatten()
+        .find(|e| e.path().extension().is_some_and(|x| x == "meta"))
+        .and_then(|e| std::fs::read_to_string(e.path()).ok())?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("complete "))
+        .map(|n| n.trim().parse().unwrap())
+}
+
+/// The reason of a finished snapshot's `snapshot` line. Its events file holds exactly the
+/// chunks its `complete` line counts.
+fn reason(snapshot: &Path) -> String {
+    let text = meta_text(snapshot);
+    let kept =
+        complete(snapshot).unwrap_or_else(|| panic!("{}: no complete line", snapshot.display()));
+    let chunk: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("ring "))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or_else(|| panic!("{}: no ring line", snapshot.display()));
+    let events = std::fs::read_dir(snapshot)
+        .unwrap()
+        .flatten()
+        .find(|e| e.path().extension().is_some_and(|x| x == "events"))
+        .unwrap_or_else(|| panic!("{}: no events file", snapshot.display()));
+    assert_eq!(
+        events.metadata().unwrap().len(),
+        kept * chunk,
+        "{}",
+        snapshot.display()
+    );
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("snapshot "))
+        .unwrap_or_else(|| panic!("{}: no snapshot line", snapshot.display()));
+    line.split_whitespace().next().unwrap().to_string()
+}
+
+/// The events of a worker's window: a tail of a round, whole rounds, then `tail` (what the
+/// worker did after its rounds). Events at the window's start may be exits of calls begun
+/// before it. Timestamps never go backwards. Returns the whole rounds seen.
+fn assert_window(events: &[DumpEvent], tail: &[(&str, &str)], context: &str) -> usize {
+    let pairs: Vec<(&str, &str)> = events
+        .iter()
+        .map(|e| (e.kind.as_str(), e.name.as_str()))
+        .collect();
+    for w in events.windows(2) {
+        assert!(w[0].ns <= w[1].ns, "{context}: time goes backwards: {w:?}");
+    }
+    let start = pairs
+        .iter()
+        .position(|p| *p == ROUND[0])
+        .unwrap_or_else(|| panic!("{context}: no round in {pairs:?}"));
+    // A window that holds the thread's whole run starts with the thread's own entry.
+    let head = &pairs[..start];
+    assert!(
+        (start < ROUND.len() && ROUND.ends_with(head)) || head == [("entry", "worker")],
+        "{context}: the window starts with {:?}",
+        &pairs[..start.min(12)]
+    );
+    let body = &pairs[start..pairs.len() - tail.len()];
+    assert_eq!(
+        &pairs[pairs.len() - tail.len()..],
+        tail,
+        "{context}: the tail"
+    );
+    assert_eq!(body.len() % ROUND.len(), 0, "{context}: a round cut short");
+    for (i, round) in body.chunks(ROUND.len()).enumerate() {
+        assert_eq!(round, ROUND, "{context}: round {i} of the window");
+    }
+    body.len() / ROUND.len()
+}
+
+/// A tiny ring (16 chunks of 4 KiB) of a thread that makes 100 000 rounds: the exit snapshot
+/// holds exactly the ring's last 16 chunks, whole rounds in order, none twice, ending with
+/// the thread's last calls; the ring went round many times.
+fn a_ring_keeps_exactly_its_newest_events(arch: Arch) {
+    let (dir, exe) = ring_fixture(arch, "wrap");
+    let trace = dir.join("trace");
+    let t = trace.display().to_string();
+    let env = ring_env(arch, &t, &[("INSTRFN_RING", "64K")]);
+    run_within(
+        &mut ring_command(arch, &exe, &["1", "100000", "exit"], &env, &dir),
+        300,
+    );
+    let snaps = snapshots(&trace);
+    assert_eq!(snaps.len(), 1, "{snaps:?}");
+    assert_eq!(reason(&snaps[0]), "exit");
+    assert!(
+        meta_text(&trace).contains("ring 65536 4096 16"),
+        "{}",
+        meta_text(&trace)
+    );
+    let p = instrfn_dump(&snaps[0]).remove(0);
+    let (_, worker) = p
+        .threads
+        .iter()
+        .find(|(_, ev)| ev.iter().any(|e| e.name == "outer"))
+        .expect("the worker's events");
+    let rounds = assert_window(
+        worker,
+        &[("entry", "done"), ("exit", "done"), ("exit", "worker")],
+        arch.name,
+    );
+    // A chunk holds (4096 - 64) / 8 words; a round is at most 6 words (4 with call words).
+    assert!(
+        rounds >= 15 * (4096 - 64) / 8 / 6,
+        "{}: {rounds} rounds",
+        arch.name
+    );
+    let w = windows(&snaps[0]);
+    let ring = w
+        .iter()
+        .find(|w| w[4] > 0)
+        .expect("the worker's ring went round");
+    assert_eq!(
+        (ring[3] - ring[2], ring[5]),
+        (15, 0),
+        "{}: {w:?}",
+        arch.name
+    );
+    assert_eq!(
+        std::fs::metadata(trace_files(&snaps[0], ".events").remove(0))
+            .unwrap()
+            .len(),
+        4096 * (16 + w.len() as u64 - 1),
+        "{}: every ring's chunks, once",
+        arch.name
+    );
+}
+
+/// instrfn_snapshot() from the program: one snapshot (no exit snapshot with
+/// INSTRFN_EXIT_SNAPSHOT=off) whose calling thread's window ends with its last call; in trace
+/// mode it answers EINVAL and writes nothing.
+fn snapshot_by_the_api(arch: Arch) {
+    let (dir, exe) = ring_fixture(arch, "api");
+    let trace = dir.join("trace");
+    let t = trace.display().to_string();
+    let env = ring_env(arch, &t, &[("INSTRFN_EXIT_SNAPSHOT", "off")]);
+    let out = run_within(
+        &mut ring_command(arch, &exe, &["2", "20000", "api"], &env, &dir),
+        300,
+    );
+    assert!(
+        stdout_of(&out).contains("snapshot 0"),
+        "{}",
+        stdout_of(&out)
+    );
+    let snaps = snapshots(&trace);
+    assert_eq!(snaps.len(), 1, "{snaps:?}");
+    assert_eq!(reason(&snaps[0]), "api");
+    let p = instrfn_dump(&snaps[0]).remove(0);
+    let done: Vec<&Vec<DumpEvent>> = p
+        .threads
+        .values()
+        .filter(|ev| {
+            ev.last()
+                .is_some_and(|e| e.kind == "exit" && e.name == "done")
+        })
+        .collect();
+    assert!(
+        !done.is_empty(),
+        "{}: no thread ends with done: {:?}",
+        arch.name,
+        p.threads.keys()
+    );
+    // 20 000 rounds fit the default ring: the whole run, every round.
+    assert_eq!(
+        assert_window(done[0], &[("entry", "done"), ("exit", "done")], arch.name),
+        20000
+    );
+    let trace_env = [
+        ("LD_PRELOAD".to_string(), preload_path(arch)),
+        ("INSTRFN_MODE".to_string(), "trace".to_string()),
+        (
+            "INSTRFN_OUTPUT".to_string(),
+            dir.join("plain").display().to_string(),
+        ),
+    ];
+    let out = run_within(
+        &mut ring_command(arch, &exe, &["1", "10", "api"], &trace_env, &dir),
+        300,
+    );
+    assert!(
+        stdout_of(&out).contains("snapshot 22"),
+        "{}",
+        stdout_of(&out)
+    );
+    assert!(!dir.join("plain/snapshots").exists());
+}
+
+/// Waits until a snapshot in `trace` beyond the first `seen` has a window line for each of
+/// `rings` rings (it is written to the end), and returns it.
+fn wait_for_snapshot(trace: &Path, seen: usize) -> PathBuf {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        if let Some(s) = snapshots(trace).get(seen)
+            && complete(s).is_some()
+        {
+            return s.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no snapshot in {}",
+            trace.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// A deadlocked program (3 workers blocked in wait_here) gets INSTRFN_SNAPSHOT_SIGNAL: the
+/// snapshot shows each worker's window ending in the call where it waits, still open. (The
+/// signal is sent again until every worker waits: they get there in their own time.)
+fn snapshot_on_a_signal_shows_where_threads_wait(arch: Arch) {
+    let (dir, exe) = ring_fixture(arch, "hang");
+    let trace = dir.join("trace");
+    let t = trace.display().to_string();
+    let env = ring_env(arch, &t, &[("INSTRFN_SNAPSHOT_SIGNAL", "USR2")]);
+    let mut child = ring_command(arch, &exe, &["3", "1000", "hang"], &env, &dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    let pid = child.id() as i32;
+    let result = std::panic::catch_unwind(move || {
+        let mut seen = 0;
+        loop {
+            // SAFETY: kill(2) of our own child.
+            unsafe { libc::kill(pid, libc::SIGUSR2) };
+            let snap = wait_for_snapshot(&trace, seen);
+            seen += 1;
+            assert_eq!(reason(&snap), "signal");
+            let p = instrfn_dump(&snap).remove(0);
+            let waiting = p
+                .threads
+                .values()
+                .filter(|ev| {
+                    ev.last()
+                        .is_some_and(|e| e.kind == "entry" && e.name == "wait_here")
+                })
+                .count();
+            if waiting == 3 {
+                for ev in p
+                    .threads
+                    .values()
+                    .filter(|ev| ev.iter().any(|e| e.name == "outer"))
+                {
+                    assert_window(
+                        ev,
+                        &[("entry", "done"), ("exit", "done"), ("entry", "wait_here")],
+                        arch.name,
+                    );
+                }
+                return;
+            }
+            assert!(seen < 200, "{}: the workers never all waited", arch.name);
+        }
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
+
+/// A SIGSEGV in a worker with rings on: the process ends as without instrfn (signal, core
+/// dump), and the crash snapshot's window of that thread ends in the faulting calls.
+fn crash_snapshot_holds_the_calls_that_led_to_it(arch: Arch) {
+    use std::os::unix::process::ExitStatusExt;
+    let (dir, exe) = ring_fixture(arch, "crash");
+    let trace = dir.join("trace");
+    let t = trace.display().to_string();
+    let crash = |extra: &[(&str, &str)]| {
+        let env = ring_env(arch, &t, extra);
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg("ulimit -c unlimited; exec \"$0\" \"$@\"")
+            .arg(&exe)
+            .args(["2", "5000", "crash"])
+            .current_dir(&dir)
+            .envs(env);
+        run(&mut cmd)
+    };
+    let off = crash(&[("INSTRFN_CRASH_WRITE", "off")]);
+    assert_eq!(off.status.signal(), Some(libc::SIGSEGV));
+    assert!(
+        snapshots(&trace).is_empty(),
+        "a snapshot with INSTRFN_CRASH_WRITE=off"
+    );
+    let on = crash(&[]);
+    assert_eq!(
+        on.status.signal(),
+        off.status.signal(),
+        "{}",
+        stderr_of(&on)
+    );
+    assert_eq!(
+        on.status.core_dumped(),
+        off.status.core_dumped(),
+        "core dump"
+    );
+    let snaps = snapshots(&trace);
+    assert_eq!(snaps.len(), 1, "{snaps:?}");
+    assert_eq!(reason(&snaps[0]), "crash");
+    let p = instrfn_dump(&snaps[0]).remove(0);
+    let crashed = p
+        .threads
+        .values()
+        .find(|ev| ev.iter().any(|e| e.name == "crash_now"))
+        .expect("the crashing thread");
+    assert_window(
+        crashed,
+        &[
+            ("entry", "done"),
+            ("exit", "done"),
+            ("entry", "crash_now"),
+            ("entry", "fault"),
+        ],
+        "crash",
+    );
+    for core in std::fs::read_dir(&dir).unwrap().flatten() {
+        if core.file_name().to_string_lossy().starts_with("core") {
+            let _ = std::fs::remove_file(core.path());
+        }
+    }
+}
+
+/// A fork child switches to rings of its own: each process's exit snapshot holds its own
+/// calls only, the child's 100 child_work calls in the child's.
+fn a_fork_child_records_into_rings_of_its_own(arch: Arch) {
+    let (dir, exe) = ring_fixture(arch, "fork");
+    let trace = dir.join("trace");
+    let t = trace.display().to_string();
+    let env = ring_env(arch, &t, &[]);
+    run_within(
+        &mut ring_command(arch, &exe, &["1", "1000", "fork"], &env, &dir),
+        300,
+    );
+    let snaps = snapshots(&trace);
+    assert_eq!(snaps.len(), 2, "{snaps:?}");
+    assert_eq!(trace_files(&trace, ".ring").len(), 2);
+    let mut child_work = Vec::new();
+    for s in &snaps {
+        let procs = instrfn_dump(s);
+        assert_eq!(procs.len(), 1, "{}", s.display());
+        let counts = dump_counts(&procs[0]);
+        child_work.push(
+            counts
+                .get(&("entry".into(), "child_work".into()))
+                .copied()
+                .unwrap_or(0),
+        );
+        let outer = counts
+            .get(&("entry".into(), "outer".into()))
+            .copied()
+            .unwrap_or(0);
+        // The child's trace holds no events of the parent's, the parent's all 1000 rounds.
+        assert!(
+            outer == 0 || outer == 1000,
+            "{}: {outer} rounds",
+            s.display()
+        );
+    }
+    child_work.sort();
+    assert_eq!(child_work, [0, 100]);
+}
+
+/// Rings on a file system too small for them (a 256 KiB tmpfs; the test needs root): said
+/// once, the program runs on to its normal end (never SIGBUS), and the lost events are
+/// counted in the meta file.
+fn a_full_disk_is_said_once_and_the_program_runs_on(arch: Arch) {
+    let (dir, exe) = ring_fixture(arch, "full");
+    let small = dir.join("small");
+    std::fs::create_dir_all(&small).unwrap();
+    let unmount = || {
+        while Command::new("umount")
+            .arg(&small)
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+        {}
+    };
+    unmount();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+        .arg(&small)
+        .status()
+        .unwrap();
+    assert!(
+        mounted.success(),
+        "cannot mount a small tmpfs (the test needs root)"
+    );
+    let result = std::panic::catch_unwind(|| {
+        let trace = small.join("trace");
+        let t = trace.display().to_string();
+        let env = ring_env(arch, &t, &[]);
+        let out = run_within(
+            &mut ring_command(arch, &exe, &["4", "10000", "exit"], &env, &dir),
+            300,
+        );
+        let err = stderr_of(&out);
+        assert_eq!(err.matches("cannot reserve a ring").count(), 1, "{err}");
+        let lost: u64 = meta_text(&trace)
+            .lines()
+            .filter_map(|l| l.strip_prefix("lost "))
+            .map(|l| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap())
+            .sum();
+        // Every worker's 10 000 rounds of 6 events, and done's 2, at least.
+        assert!(lost >= 4 * (10000 * 6 + 2), "{lost} lost\n{err}");
+    });
+    unmount();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
