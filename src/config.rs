@@ -36,6 +36,11 @@ pub struct Config {
     pub exit_snapshot: bool,
     /// INSTRFN_SNAPSHOT_SIGNAL: the signal on which ring mode takes a snapshot, if any.
     pub snapshot_signal: Option<c_int>,
+    /// INSTRFN_TRIGGER: `PATTERN>DURATION` items separated by `;` (checked; see
+    /// [`Config::triggers`]), and INSTRFN_TRIGGER_LIMIT: snapshots per second at most.
+    trigger: [u8; MAX_PREFIX],
+    trigger_len: usize,
+    pub trigger_limit: u32,
     /// INSTRFN_OUTPUT: the trace directory.
     output: [u8; MAX_PREFIX],
     output_len: usize,
@@ -84,6 +89,9 @@ const MIN_BUFSIZE: usize = 4096;
 /// threads workload at full speed (docs/flight-recorder.md), seconds of a server thread.
 pub const DEFAULT_RING: usize = 4 << 20;
 const MIN_RING: usize = 64 << 10;
+/// INSTRFN_TRIGGER_LIMIT: one snapshot per second, each up to a ring per thread on disk.
+pub const DEFAULT_TRIGGER_LIMIT: u32 = 1;
+const MAX_TRIGGER_LIMIT: u32 = 1000;
 const MAX_RING: usize = 1 << 30;
 const MAX_BUFSIZE: usize = 1 << 30;
 pub const DEFAULT_DEPTH: usize = 4096;
@@ -112,6 +120,9 @@ impl Config {
         ring: 0,
         exit_snapshot: true,
         snapshot_signal: None,
+        trigger: [0; MAX_PREFIX],
+        trigger_len: 0,
+        trigger_limit: DEFAULT_TRIGGER_LIMIT,
         output: [0; MAX_PREFIX],
         output_len: 0,
         bufsize: DEFAULT_BUFSIZE,
@@ -247,6 +258,38 @@ impl Config {
                          (not KILL, STOP, PROF, a fault signal or INSTRFN_DUMP_SIGNAL's)"
                     ),
                     format_args!("no snapshot signal"),
+                ),
+            }
+        }
+        if let Some(v) = var(c"INSTRFN_TRIGGER") {
+            if c.ring == 0 {
+                message!("ignoring INSTRFN_TRIGGER: it needs INSTRFN_MODE=ring");
+            } else if v.len() < MAX_PREFIX && triggers(v).all(|t| t.is_some()) {
+                c.trigger[..v.len()].copy_from_slice(v);
+                c.trigger_len = v.len();
+            } else {
+                invalid(
+                    "INSTRFN_TRIGGER",
+                    v,
+                    format_args!(
+                        "PATTERN>DURATION items separated by ';', such as \
+                         'handle_*>10ms;parse>500us' (at most {} bytes)",
+                        MAX_PREFIX - 1
+                    ),
+                    format_args!("no triggers"),
+                );
+            }
+        }
+        if let Some(v) = var(c"INSTRFN_TRIGGER_LIMIT") {
+            match parse_u64(v) {
+                Some(n) if (1..=MAX_TRIGGER_LIMIT as u64).contains(&n) => {
+                    c.trigger_limit = n as u32
+                }
+                _ => invalid(
+                    "INSTRFN_TRIGGER_LIMIT",
+                    v,
+                    format_args!("snapshots per second, from 1 to {MAX_TRIGGER_LIMIT}"),
+                    format_args!("{DEFAULT_TRIGGER_LIMIT}"),
                 ),
             }
         }
@@ -410,6 +453,11 @@ impl Config {
     }
 
     /// INSTRFN_FILTER's patterns, comma-separated (empty: every function).
+    /// INSTRFN_TRIGGER's items: (pattern, duration in ns), all well-formed.
+    pub fn triggers(&self) -> impl Iterator<Item = (&[u8], u64)> {
+        triggers(&self.trigger[..self.trigger_len]).flatten()
+    }
+
     pub fn filter(&self) -> &[u8] {
         &self.filter[..self.filter_len]
     }
@@ -481,6 +529,20 @@ fn parse_size(v: &[u8]) -> Option<u64> {
         _ => (s, 0),
     };
     parse_u64(digits.as_bytes())?.checked_mul(1u64 << shift)
+}
+
+/// The items of an INSTRFN_TRIGGER value: Some((pattern, ns)) for a well-formed one (a
+/// pattern without `;`, `>`, blanks or control bytes, and a duration of at least 1 ns).
+fn triggers(v: &[u8]) -> impl Iterator<Item = Option<(&[u8], u64)>> {
+    v.split(|&b| b == b';')
+        .filter(|item| !item.trim_ascii().is_empty())
+        .map(|item| {
+            let at = item.iter().rposition(|&b| b == b'>')?;
+            let (pattern, duration) = (item[..at].trim_ascii(), &item[at + 1..]);
+            let ok = !pattern.is_empty() && pattern.iter().all(|&b| b > b' ' && b != b'>');
+            let ns = parse_duration_ns(duration).filter(|&ns| ns > 0)?;
+            ok.then_some((pattern, ns))
+        })
 }
 
 /// A duration in ns: digits with an optional fraction and unit (ns, us, µs, ms, s; none: ns).

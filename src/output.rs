@@ -54,6 +54,7 @@ fn start_tracing(config: &Config) -> bool {
     }
     trace::collector::configure(config.collector, config.collector_nice);
     trace::configure_filters(config.depth, config.min_duration_ns, config.call_words);
+    trace::trigger::configure(config.triggers(), config.trigger_limit);
     let chunk = match trace::ring::configure(config.ring, config.exit_snapshot) {
         0 => config.bufsize,
         ring_chunk => ring_chunk,

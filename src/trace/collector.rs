@@ -84,7 +84,19 @@ pub fn configure(wanted: bool, nice: u8) {
 /// Starts the collector of this process, once (trace start-up, and again in a fork child).
 /// Async-signal-safe. Says so in one line if the thread cannot be made.
 pub fn start() {
-    if !WANTED.load(Ordering::Relaxed) || TID.load(Ordering::Relaxed) != 0 {
+    if !WANTED.load(Ordering::Relaxed) {
+        return;
+    }
+    start_thread(collector_main, "collector", "each thread maps its own chunks");
+}
+
+/// Starts `entry` on the runtime's own thread, if it has none: the collector in trace mode,
+/// the trigger watcher in ring mode (crate::trace::trigger), which has no collector. The same
+/// thread rules hold for both: raw system calls only, no thread-local storage.
+/// `what` names the thread and `without` says what happens without it, in the one line said
+/// if it cannot be made.
+pub fn start_thread(entry: extern "C" fn(usize) -> !, what: &str, without: &str) {
+    if TID.load(Ordering::Relaxed) != 0 {
         return;
     }
     STOP.store(false, Ordering::SeqCst);
@@ -94,7 +106,7 @@ pub fn start() {
             Ok(p) => p,
             Err(e) => {
                 message!(
-                    "cannot map the collector's stack: {}; each thread maps its own chunks",
+                    "cannot map the {what} thread's stack: {}; {without}",
                     sys::Errno(e)
                 );
                 return;
@@ -105,7 +117,7 @@ pub fn start() {
         stack = p.as_ptr() as usize;
         STACK.store(stack, Ordering::Relaxed);
     }
-    let Some(tp) = fake_tls() else {
+    let Some(tp) = fake_tls(what, without) else {
         return;
     };
     let flags = libc::CLONE_VM
@@ -136,7 +148,7 @@ pub fn start() {
             flags as usize,
             stack + PAGE + STACK_BYTES,
             tp,
-            collector_main,
+            entry,
             0,
         );
         syscall(
@@ -154,7 +166,7 @@ pub fn start() {
     };
     if tid <= 0 {
         message!(
-            "cannot start the collector thread: {}; each thread maps its own chunks",
+            "cannot start the {what} thread: {}; {without}",
             sys::Errno(-tid as i32)
         );
         return;
@@ -210,7 +222,7 @@ pub fn resume() {
 /// throughout (a Rust program that links this crate and is built with -Zinstrument-mcount)
 /// has the collector's own code call the trampolines: they see the guard held and return at
 /// once, as they do for runtime code on any thread. Nothing else uses the thread pointer here.
-fn fake_tls() -> Option<usize> {
+fn fake_tls(what: &str, without: &str) -> Option<usize> {
     static AREA: AtomicUsize = AtomicUsize::new(0);
     static TP: AtomicUsize = AtomicUsize::new(0);
     if AREA.load(Ordering::Relaxed) != 0 {
@@ -220,7 +232,7 @@ fn fake_tls() -> Option<usize> {
     let off = abi::tls() as isize - real_tp as isize;
     let tls_bytes = core::mem::size_of::<Tls>() as isize;
     if real_tp == 0 || off.unsigned_abs() > 64 << 20 {
-        message!("cannot place the collector's thread data; each thread maps its own chunks");
+        message!("cannot place the {what} thread's data; {without}");
         return None;
     }
     // The area spans the thread pointer (and the self pointer at it) and the Tls.
@@ -233,7 +245,7 @@ fn fake_tls() -> Option<usize> {
         Ok(p) => p.as_ptr() as usize,
         Err(e) => {
             message!(
-                "cannot map the collector's thread data: {}; each thread maps its own chunks",
+                "cannot map the {what} thread's data: {}; {without}",
                 sys::Errno(e)
             );
             return None;

@@ -14,7 +14,8 @@
 //! The files, bottom up: `settings`, `files` (descriptors kept safe from the program),
 //! `chunks` (the chunks on disk), `collector` (the thread that keeps chunks ready), `meta`
 //! (the text file), `events` (a thread's chunk and its events), `shadow` (the shadow stack),
-//! `returns` (which objects call gcc's `__return__`), `slow` (the slow paths), `unwind`
+//! `returns` (which objects call gcc's `__return__`), `slow` (the slow paths), `ring` (ring
+//! mode's rings and snapshots), `trigger` (ring mode's watcher), `unwind`
 //! (unwinders), and this file: start, threads, flush, end, fork. Uses every layer below the outputs, and `xray` for the objects it patches.
 
 pub mod chunks;
@@ -27,6 +28,7 @@ pub mod ring;
 pub mod settings;
 pub mod shadow;
 pub mod slow;
+pub mod trigger;
 pub mod unwind;
 
 pub use chunks::active;
@@ -190,6 +192,7 @@ pub fn start(dir: &[u8], chunk_bytes: usize, limit: u64, depth: usize, exits: bo
             }
             return false;
         }
+        trigger::start();
         return true;
     }
     SESSION.events.set(events);
@@ -397,6 +400,7 @@ pub fn finish() {
         arch::CLOCK_NAME
     ));
     meta(format_args!("end {counter:#x} {mono}"));
+    trigger::flush();
     ring::finish();
     release_meta();
 }

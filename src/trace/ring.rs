@@ -104,7 +104,7 @@ fn ring_of(block: &ThreadBlock) -> Option<usize> {
                 fence(Ordering::Release);
                 ptr::copy_nonoverlapping(RING_MAGIC.as_ptr(), h, 8);
             }
-            t.ring.store(base, Ordering::Relaxed);
+            t.ring.store(base, Ordering::Release);
             Some(base)
         }
         Err(e) => {
@@ -216,6 +216,19 @@ pub fn publish(block: &ThreadBlock, base: usize, seq: u64) {
     }
 }
 
+/// Where `block`'s ring lies, if it has one: its base, chunks and chunk size (for readers
+/// inside the process: crate::trace::trigger).
+pub fn view(block: &ThreadBlock) -> Option<(usize, usize, usize)> {
+    let ring = block.trace.ring.load(Ordering::Acquire);
+    (ring > FAILED).then(|| {
+        (
+            ring,
+            CHUNKS.load(Ordering::Relaxed),
+            CHUNK_BYTES.load(Ordering::Relaxed),
+        )
+    })
+}
+
 /// A thread took over `block` (its ring keeps the previous owners' events until they are
 /// rewritten; a thread event marks the switch): the ring header names it.
 pub fn thread_started(block: &ThreadBlock) {
@@ -321,10 +334,27 @@ fn sys_mkdir(p: &mut StackBuf<1600>) -> Result<(), i32> {
 /// into the `snapshot` line. Returns 0, or an errno value (said in one line). Async-signal-
 /// safe: system calls and the stack only.
 pub fn snapshot(reason: &[u8]) -> i32 {
+    snapshot_for(reason, None)
+}
+
+/// The call that fired a trigger (crate::trace::trigger): its thread's slot and tid, its
+/// function, its entry and exit counter values, its length in ns, and the trigger's pattern.
+pub struct Fired<'a> {
+    pub slot: u32,
+    pub tid: u32,
+    pub func: usize,
+    pub entry: u64,
+    pub exit: u64,
+    pub ns: u64,
+    pub pattern: &'a [u8],
+}
+
+/// [`snapshot`], with a `trigger` line for the call that fired one.
+pub fn snapshot_for(reason: &[u8], fired: Option<&Fired>) -> i32 {
     if !on() {
         return libc::EINVAL;
     }
-    match take(reason) {
+    match take(reason, fired) {
         Ok(()) => 0,
         Err(e) => {
             message!("cannot take a snapshot of the rings: {}", sys::Errno(e));
@@ -333,7 +363,7 @@ pub fn snapshot(reason: &[u8]) -> i32 {
     }
 }
 
-fn take(reason: &[u8]) -> Result<(), i32> {
+fn take(reason: &[u8], fired: Option<&Fired>) -> Result<(), i32> {
     let mut name = StackBuf::<64>::new();
     files::with_path(|_, n| name.push(n));
     let mut dir = path_of(&[b"/snapshots"]).ok_or(libc::ENAMETOOLONG)?;
@@ -374,9 +404,28 @@ fn take(reason: &[u8]) -> Result<(), i32> {
             return Err(e);
         }
     };
+    let slot = fired.map_or(u32::MAX, |f| f.slot);
     let r = copy_meta(meta_out, &name, reason)
-        .and_then(|()| copy_rings(events, meta_out))
-        .and_then(|kept| {
+        .and_then(|()| copy_rings(events, meta_out, slot))
+        .and_then(|(kept, since)| {
+            if let Some(f) = fired {
+                // Whole if the thread's window reaches back to the call's entry.
+                let whole = since.is_some_and(|t| t <= f.entry);
+                let mut line = StackBuf::<1200>::new();
+                let _ = write!(
+                    line,
+                    "trigger {} {} {:#x} {:#x} {:#x} {} {} {}\n",
+                    f.slot,
+                    f.tid,
+                    f.func,
+                    f.entry,
+                    f.exit,
+                    f.ns,
+                    if whole { "whole" } else { "incomplete" },
+                    Bytes(f.pattern)
+                );
+                write_all(meta_out, line.as_bytes())?;
+            }
             let mut line = StackBuf::<64>::new();
             let _ = write!(line, "complete {kept}\n");
             write_all(meta_out, line.as_bytes())
@@ -418,8 +467,10 @@ fn copy_meta(out: i32, name: &StackBuf<64>, reason: &[u8]) -> Result<(), i32> {
 }
 
 /// Each ring's chunks that its thread did not rewrite during their copy, into `events` back
-/// to back, and after each ring its `window` line into `meta_out`. Returns the chunks kept.
-fn copy_rings(events: i32, meta_out: i32) -> Result<usize, i32> {
+/// to back, and after each ring its `window` line into `meta_out`. Returns the chunks kept,
+/// and the time base of the oldest chunk kept of slot `slot` (None: none kept).
+fn copy_rings(events: i32, meta_out: i32, slot: u32) -> Result<(usize, Option<u64>), i32> {
+    let mut since = None;
     let n = CHUNKS.load(Ordering::Relaxed);
     let size = CHUNK_BYTES.load(Ordering::Relaxed);
     let mut kept = 0usize;
@@ -448,6 +499,8 @@ fn copy_rings(events: i32, meta_out: i32) -> Result<usize, i32> {
                 continue;
             }
             fence(Ordering::Acquire);
+            // SAFETY: the chunk header, as above.
+            let tbase = unsafe { ((base + HDR_TBASE) as *const u64).read_volatile() };
             let at = kept * size;
             // SAFETY: pwrite(2) from the mapped chunk.
             let w = unsafe { syscall(libc::SYS_pwrite64, [events as usize, base, size, at, 0, 0]) };
@@ -461,6 +514,9 @@ fn copy_rings(events: i32, meta_out: i32) -> Result<usize, i32> {
                 continue;
             }
             kept += 1;
+            if block.index == slot && seq < first {
+                since = Some(tbase);
+            }
             first = first.min(seq);
             last = last.max(seq);
         }
@@ -490,5 +546,5 @@ fn copy_rings(events: i32, meta_out: i32) -> Result<usize, i32> {
             [events as usize, kept * size, 0, 0, 0, 0],
         )
     };
-    if r < 0 { Err(-r as i32) } else { Ok(kept) }
+    if r < 0 { Err(-r as i32) } else { Ok((kept, since)) }
 }

@@ -184,6 +184,16 @@ impl Symbols {
 
     /// The (demangled) name of the function at link-time address `addr`, into `out`.
     pub fn name(&self, addr: u64, out: &mut StackBuf<1024>) -> bool {
+        self.name_of(addr, false, out)
+    }
+
+    /// The (demangled) name of the function that holds link-time address `addr` (the nearest
+    /// function symbol at or below it), into `out`.
+    pub fn name_containing(&self, addr: u64, out: &mut StackBuf<1024>) -> bool {
+        self.name_of(addr, true, out)
+    }
+
+    fn name_of(&self, addr: u64, containing: bool, out: &mut StackBuf<1024>) -> bool {
         // SAFETY: the mapped index of `count` pairs and string table.
         let (idx, strings) = unsafe {
             (
@@ -191,10 +201,13 @@ impl Symbols {
                 core::slice::from_raw_parts(self.strings as *const u8, self.strings_len),
             )
         };
-        let Ok(mut i) = idx.binary_search_by_key(&addr, |e| e.0) else {
-            return false;
+        let mut i = match idx.binary_search_by_key(&addr, |e| e.0) {
+            Ok(i) => i,
+            Err(i) if containing && i > 0 => i - 1,
+            Err(_) => return false,
         };
-        while i > 0 && idx[i - 1].0 == addr {
+        let at = idx[i].0;
+        while i > 0 && idx[i - 1].0 == at {
             i -= 1;
         }
         let s = strings.get(idx[i].1 as usize..).unwrap_or(&[]);
