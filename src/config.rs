@@ -637,6 +637,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn parses_triggers() {
+        let all = |v: &[u8]| triggers(v).collect::<Vec<_>>();
+        assert_eq!(
+            all(b"handle_*>10ms; parse>500us;"),
+            [
+                Some((&b"handle_*"[..], 10_000_000)),
+                Some((&b"parse"[..], 500_000))
+            ]
+        );
+        assert_eq!(all(b"a::b>1s"), [Some((&b"a::b"[..], 1_000_000_000))]);
+        for bad in [
+            &b"slow"[..],
+            b">5ms",
+            b"f>",
+            b"f>0",
+            b"f>5 parsecs",
+            b"a b>5ms",
+        ] {
+            assert!(all(bad).iter().any(|t| t.is_none()), "{:?}", Bytes(bad));
+        }
+    }
+
+    #[test]
     fn parses_durations() {
         assert_eq!(parse_duration_ns(b"500"), Some(500));
         assert_eq!(parse_duration_ns(b"10us"), Some(10_000));

@@ -19,6 +19,10 @@ feature_tests! {
     crash_snapshot_holds_the_calls_that_led_to_it(x86_64),
     a_fork_child_records_into_rings_of_its_own(x86_64),
     a_full_disk_is_said_once_and_the_program_runs_on(x86_64),
+    a_slow_call_fires_its_trigger(x86_64, aarch64, riscv64, s390x),
+    a_call_longer_than_its_ring_is_marked_incomplete(x86_64),
+    triggers_keep_to_their_rate_limit(x86_64),
+    a_bad_trigger_is_said_once_and_ignored(x86_64),
 }
 
 /// One round of a worker of ring.c: (kind, function).
@@ -507,4 +511,181 @@ fn a_full_disk_is_said_once_and_the_program_runs_on(arch: Arch) {
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
+}
+
+/// A snapshot's `trigger` line: (tid, ns, whole or incomplete, pattern).
+fn trigger_line(snapshot: &Path) -> (u32, u64, String, String) {
+    let text = meta_text(snapshot);
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("trigger "))
+        .unwrap_or_else(|| panic!("{}: no trigger line", snapshot.display()));
+    let w: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(w.len(), 8, "{line}");
+    (
+        w[1].parse().unwrap(),
+        w[5].parse().unwrap(),
+        w[6].to_string(),
+        w[7].to_string(),
+    )
+}
+
+/// The snapshots a trigger took.
+fn trigger_snapshots(trace: &Path) -> Vec<PathBuf> {
+    snapshots(trace)
+        .into_iter()
+        .filter(|s| reason(s) == "trigger")
+        .collect()
+}
+
+/// ring.c `slowK`/`bigK` with `extra` settings; returns the trace and the run's stderr.
+fn run_slow(arch: Arch, name: &str, end: &str, extra: &[(&str, &str)]) -> (PathBuf, String) {
+    let (dir, exe) = ring_fixture(arch, name);
+    let trace = dir.join("trace");
+    let t = trace.display().to_string();
+    let env = ring_env(arch, &t, extra);
+    let out = run_within(
+        &mut ring_command(arch, &exe, &["2", "20000", end], &env, &dir),
+        300,
+    );
+    assert!(out.status.success(), "{}: {}", arch.name, stderr_of(&out));
+    (trace, stderr_of(&out))
+}
+
+/// One call of slow_call() sleeps 30 ms among 80 000 fast calls. With
+/// INSTRFN_TRIGGER='slow_call>5ms;inner_b>10s' exactly one snapshot is taken, for that call:
+/// its trigger line names the thread and the pattern and says the window holds the whole
+/// call; that thread's window holds the call's entry and exit, at least 30 ms apart (the
+/// sleep's lower bound). inner_b, never 10 s long, takes none.
+fn a_slow_call_fires_its_trigger(arch: Arch) {
+    let (trace, _) = run_slow(
+        arch,
+        "slow",
+        "slow1",
+        &[("INSTRFN_TRIGGER", "slow_call>5ms;inner_b>10s")],
+    );
+    let fired = trigger_snapshots(&trace);
+    assert_eq!(fired.len(), 1, "{}: {fired:?}", arch.name);
+    let (tid, ns, whole, pattern) = trigger_line(&fired[0]);
+    assert_eq!((whole.as_str(), pattern.as_str()), ("whole", "slow_call"));
+    assert!(ns >= 20_000_000, "{}: the call lasted {ns} ns", arch.name);
+    let p = instrfn_dump(&fired[0]).remove(0);
+    let events = p
+        .threads
+        .get(&tid)
+        .unwrap_or_else(|| panic!("{}: no thread {tid} in {:?}", arch.name, p.threads.keys()));
+    let entry = events
+        .iter()
+        .position(|e| e.kind == "entry" && e.name == "slow_call")
+        .unwrap_or_else(|| panic!("{}: no entry of slow_call", arch.name));
+    let exit = events[entry..]
+        .iter()
+        .find(|e| e.kind == "exit" && e.name == "slow_call")
+        .unwrap_or_else(|| panic!("{}: no exit of slow_call", arch.name));
+    assert!(
+        exit.ns - events[entry].ns >= 0.95 * 30e6,
+        "{}: slow_call lasted {} ns",
+        arch.name,
+        exit.ns - events[entry].ns
+    );
+}
+
+/// slow_call() first makes 400 000 calls (3 MiB of events), then sleeps 30 ms, with rings of
+/// 1 MiB: the snapshot its trigger takes says `incomplete`, and the thread's window holds
+/// the call's exit but not its entry.
+fn a_call_longer_than_its_ring_is_marked_incomplete(arch: Arch) {
+    let (trace, _) = run_slow(
+        arch,
+        "big",
+        "big1",
+        &[("INSTRFN_TRIGGER", "slow_call>5ms"), ("INSTRFN_RING", "1M")],
+    );
+    let fired = trigger_snapshots(&trace);
+    assert_eq!(fired.len(), 1, "{fired:?}");
+    let (tid, ns, whole, _) = trigger_line(&fired[0]);
+    assert_eq!(whole, "incomplete");
+    assert!(ns >= 20_000_000, "the call lasted {ns} ns");
+    let p = instrfn_dump(&fired[0]).remove(0);
+    let events = &p.threads[&tid];
+    let named = |kind: &str| {
+        events
+            .iter()
+            .any(|e| e.kind == kind && e.name == "slow_call")
+    };
+    assert!(
+        named("exit") && !named("entry"),
+        "{:?}",
+        &events[events.len().saturating_sub(8)..]
+    );
+}
+
+/// Five slow calls, each 30 ms or more apart: INSTRFN_TRIGGER_LIMIT=1000 keeps all five
+/// snapshots, and the default, one per second, keeps one per second of the run at most.
+fn triggers_keep_to_their_rate_limit(arch: Arch) {
+    let (trace, _) = run_slow(
+        arch,
+        "rate-all",
+        "slow5",
+        &[
+            ("INSTRFN_TRIGGER", "slow_call>5ms"),
+            ("INSTRFN_TRIGGER_LIMIT", "1000"),
+        ],
+    );
+    let fired = trigger_snapshots(&trace);
+    assert_eq!(fired.len(), 5, "{fired:?}");
+    for s in &fired {
+        assert_eq!(trigger_line(s).2, "whole", "{}", s.display());
+    }
+    let started = std::time::Instant::now();
+    let (trace, _) = run_slow(
+        arch,
+        "rate-one",
+        "slow5",
+        &[("INSTRFN_TRIGGER", "slow_call>5ms")],
+    );
+    let seconds = started.elapsed().as_secs() as usize;
+    let fired = trigger_snapshots(&trace);
+    assert!(
+        (1..=1 + seconds).contains(&fired.len()),
+        "{} trigger snapshots in a run of {seconds} s",
+        fired.len()
+    );
+}
+
+/// An INSTRFN_TRIGGER without a duration, or outside ring mode, is said in one line; the
+/// program runs as without it, and no trigger fires.
+fn a_bad_trigger_is_said_once_and_ignored(arch: Arch) {
+    let (trace, stderr) = run_slow(arch, "bad", "slow1", &[("INSTRFN_TRIGGER", "slow_call")]);
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("INSTRFN_TRIGGER"))
+        .collect();
+    assert_eq!(said.len(), 1, "{stderr}");
+    assert!(said[0].contains("PATTERN>DURATION"), "{stderr}");
+    assert!(trigger_snapshots(&trace).is_empty());
+    assert_eq!(snapshots(&trace).len(), 1, "the exit snapshot");
+    let (dir, exe) = ring_fixture(arch, "bad-trace");
+    let t = dir.join("trace").display().to_string();
+    let env = [
+        ("LD_PRELOAD", preload_path(arch)),
+        ("INSTRFN_MODE", "trace".to_string()),
+        ("INSTRFN_OUTPUT", t),
+        ("INSTRFN_TRIGGER", "slow_call>5ms".to_string()),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let out = run_within(
+        &mut command(arch, &exe, &["2", "2000", "slow1"], &env, &dir),
+        300,
+    );
+    assert!(out.status.success());
+    let stderr = stderr_of(&out);
+    assert_eq!(
+        stderr
+            .lines()
+            .filter(|l| l.contains("INSTRFN_TRIGGER"))
+            .count(),
+        1,
+        "{stderr}"
+    );
+    assert!(stderr.contains("needs INSTRFN_MODE=ring"), "{stderr}");
 }

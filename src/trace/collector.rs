@@ -87,7 +87,11 @@ pub fn start() {
     if !WANTED.load(Ordering::Relaxed) {
         return;
     }
-    start_thread(collector_main, "collector", "each thread maps its own chunks");
+    start_thread(
+        collector_main,
+        "collector",
+        "each thread maps its own chunks",
+    );
 }
 
 /// Starts `entry` on the runtime's own thread, if it has none: the collector in trace mode,
@@ -144,13 +148,7 @@ pub fn start_thread(entry: extern "C" fn(usize) -> !, what: &str, without: &str)
                 0,
             ],
         );
-        let tid = raw::spawn(
-            flags as usize,
-            stack + PAGE + STACK_BYTES,
-            tp,
-            entry,
-            0,
-        );
+        let tid = raw::spawn(flags as usize, stack + PAGE + STACK_BYTES, tp, entry, 0);
         syscall(
             libc::SYS_rt_sigprocmask,
             [

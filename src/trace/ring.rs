@@ -338,13 +338,16 @@ pub fn snapshot(reason: &[u8]) -> i32 {
 }
 
 /// The call that fired a trigger (crate::trace::trigger): its thread's slot and tid, its
-/// function, its entry and exit counter values, its length in ns, and the trigger's pattern.
+/// function, its entry and exit counter values, its length in ns (at least), and the
+/// trigger's pattern.
 pub struct Fired<'a> {
     pub slot: u32,
     pub tid: u32,
     pub func: usize,
     pub entry: u64,
     pub exit: u64,
+    /// Whether the entry was seen (else the call began before `entry`).
+    pub seen: bool,
     pub ns: u64,
     pub pattern: &'a [u8],
 }
@@ -410,7 +413,7 @@ fn take(reason: &[u8], fired: Option<&Fired>) -> Result<(), i32> {
         .and_then(|(kept, since)| {
             if let Some(f) = fired {
                 // Whole if the thread's window reaches back to the call's entry.
-                let whole = since.is_some_and(|t| t <= f.entry);
+                let whole = f.seen && since.is_some_and(|t| t <= f.entry);
                 let mut line = StackBuf::<1200>::new();
                 let _ = write!(
                     line,
@@ -460,9 +463,15 @@ fn copy_meta(out: i32, name: &StackBuf<64>, reason: &[u8]) -> Result<(), i32> {
     };
     close(fd);
     r?;
-    let (counter, mono, _) = clock_pair();
-    let mut line = StackBuf::<128>::new();
-    let _ = write!(line, "snapshot {} {counter:#x} {mono}\n", Bytes(reason));
+    // A clock line now, for readers to pace the counter by (as the end's does).
+    let (counter, mono, real) = clock_pair();
+    let mut line = StackBuf::<256>::new();
+    let _ = write!(
+        line,
+        "clock {} {counter:#x} {mono} {real}\nsnapshot {} {counter:#x} {mono}\n",
+        crate::arch::CLOCK_NAME,
+        Bytes(reason)
+    );
     write_all(out, line.as_bytes())
 }
 
@@ -546,5 +555,9 @@ fn copy_rings(events: i32, meta_out: i32, slot: u32) -> Result<(usize, Option<u6
             [events as usize, kept * size, 0, 0, 0, 0],
         )
     };
-    if r < 0 { Err(-r as i32) } else { Ok((kept, since)) }
+    if r < 0 {
+        Err(-r as i32)
+    } else {
+        Ok((kept, since))
+    }
 }

@@ -150,6 +150,9 @@ struct Slot {
     /// The chunk read next, and where in it.
     seq: u64,
     pos: usize,
+    /// The time of the first event read since the watcher last lost events (0: none yet): a
+    /// call whose exit comes without its entry began before it.
+    since: u64,
     /// (function, entry time) of the open calls.
     stack: [(usize, u64); DEPTH],
 }
@@ -194,7 +197,10 @@ extern "C" fn watch(_: usize) -> ! {
         match sys::mem::map_anon(core::mem::size_of::<State>()) {
             Ok(p) => state = p.as_ptr() as usize,
             Err(e) => {
-                message!("cannot map the trigger watcher's state: {}; no triggers fire", sys::Errno(e));
+                message!(
+                    "cannot map the trigger watcher's state: {}; no triggers fire",
+                    sys::Errno(e)
+                );
                 park();
             }
         }
@@ -241,7 +247,7 @@ extern "C" fn watch(_: usize) -> ! {
                 continue;
             }
             let slot = &mut state.slots[index];
-            let mut check = |func: usize, entry: u64, exit: u64| {
+            let mut check = |func: usize, entry: u64, exit: u64, seen: bool| {
                 let len = exit.wrapping_sub(entry);
                 if len < least || fired.is_some() {
                     return;
@@ -257,6 +263,7 @@ extern "C" fn watch(_: usize) -> ! {
                                 func,
                                 entry,
                                 exit,
+                                seen,
                                 ns,
                                 pattern: &t.patterns[i][..t.lens[i]],
                             },
@@ -286,19 +293,32 @@ extern "C" fn watch(_: usize) -> ! {
 }
 
 /// Reads the ring at `base` (n chunks of `size` bytes) from where `slot` stopped, up to its
-/// writer, and calls `check(function, entry, exit)` for each call that ended there.
-fn follow(slot: &mut Slot, base: usize, n: usize, size: usize, check: &mut impl FnMut(usize, u64, u64)) {
+/// writer, and calls `check(function, entry, exit, entry seen)` for each call that ended
+/// there (entry not seen: the call began before that time).
+fn follow(
+    slot: &mut Slot,
+    base: usize,
+    n: usize,
+    size: usize,
+    check: &mut impl FnMut(usize, u64, u64, bool),
+) {
     let read = |at: usize| -> u64 {
         // SAFETY: inside the ring mapping, which stays mapped while the process lives (a fork
         // child's watcher starts afresh); its writer may store meanwhile.
         unsafe { (at as *const u64).read_volatile() }
     };
     let n64 = n as u64;
-    let tid = read(base + RH_TID) as u32;
+    // SAFETY: the ring header's tid word, as `read`.
+    let tid = unsafe { ((base + RH_TID) as *const u32).read_volatile() };
     let mut newest = read(base + RH_NEWEST);
     fence(Ordering::Acquire);
-    if slot.tid == 0 || slot.tid != tid || newest >= slot.seq + n64 {
-        restart(slot, tid, newest);
+    if slot.tid != tid {
+        // A new writer (or the first look): no call of its is open yet.
+        slot.tid = tid;
+        slot.depth = 0;
+        restart(slot, newest);
+    } else if newest >= slot.seq + n64 {
+        restart(slot, newest);
     }
     for _ in 0..2 * n {
         let chunk = base + RING_HEADER + (slot.seq % n64) as usize * size;
@@ -314,7 +334,7 @@ fn follow(slot: &mut Slot, base: usize, n: usize, size: usize, check: &mut impl 
                 // Rewritten since: the watcher fell a ring behind.
                 newest = read(base + RH_NEWEST);
                 fence(Ordering::Acquire);
-                restart(slot, tid, newest);
+                restart(slot, newest);
             }
             return;
         }
@@ -323,8 +343,10 @@ fn follow(slot: &mut Slot, base: usize, n: usize, size: usize, check: &mut impl 
         let tbase = read(chunk + HDR_TBASE);
         let cbase = read(chunk + HDR_CBASE) as usize;
         // Calls that end here are checked once the chunk proves unchanged.
-        let mut ended: [(usize, u64, u64); 8] = [(0, 0, 0); 8];
+        let mut ended: [(usize, u64, u64, bool); 8] = [(0, 0, 0, true); 8];
         let mut count = 0;
+        // What was read counts only if the chunk proves unchanged: the open calls before.
+        let (depth, saved) = (slot.depth, slot.stack);
         let mut pos = slot.pos.max(CHUNK_HEADER);
         while pos + 8 <= size {
             let w = read(chunk + pos);
@@ -353,7 +375,7 @@ fn follow(slot: &mut Slot, base: usize, n: usize, size: usize, check: &mut impl 
                     .wrapping_add(EV_CALL_FN_OFFSET)
                     .wrapping_add(v >> (EV_CALL_T0_BITS + EV_CALL_DUR_BITS));
                 if count < ended.len() {
-                    ended[count] = (f as usize, t0, t0.wrapping_add(d));
+                    ended[count] = (f as usize, t0, t0.wrapping_add(d), true);
                     count += 1;
                 }
                 pos += 8;
@@ -363,11 +385,23 @@ fn follow(slot: &mut Slot, base: usize, n: usize, size: usize, check: &mut impl 
                     // The writer's newest event: it may still become a call word.
                     break;
                 }
-                let kind = if tag == EV_TAG_ENTRY { EV_ENTRY } else { EV_EXIT };
+                let kind = if tag == EV_TAG_ENTRY {
+                    EV_ENTRY
+                } else {
+                    EV_EXIT
+                };
                 let ts = tbase.wrapping_add((w >> EV_TAG_BITS) & ((1 << EV_TIME_BITS) - 1));
-                (kind, cbase.wrapping_add((w >> EV_SHORT_FN_SHIFT) as usize), ts, 8)
+                (
+                    kind,
+                    cbase.wrapping_add((w >> EV_SHORT_FN_SHIFT) as usize),
+                    ts,
+                    8,
+                )
             };
             pos += len;
+            if slot.since == 0 {
+                slot.since = ts;
+            }
             match kind {
                 EV_ENTRY => {
                     if (slot.depth as usize) < DEPTH {
@@ -378,14 +412,19 @@ fn follow(slot: &mut Slot, base: usize, n: usize, size: usize, check: &mut impl 
                 EV_EXIT | EV_UNWOUND => {
                     if slot.depth as usize > DEPTH {
                         slot.depth -= 1;
-                    } else if let Some(i) =
-                        (0..slot.depth as usize).rev().find(|&i| slot.stack[i].0 == func)
+                    } else if let Some(i) = (0..slot.depth as usize)
+                        .rev()
+                        .find(|&i| slot.stack[i].0 == func)
                     {
                         if count < ended.len() {
-                            ended[count] = (func, slot.stack[i].1, ts);
+                            ended[count] = (func, slot.stack[i].1, ts, true);
                             count += 1;
                         }
                         slot.depth = i as u32;
+                    } else if count < ended.len() {
+                        // Begun before `since`: at least this long.
+                        ended[count] = (func, slot.since, ts, false);
+                        count += 1;
                     }
                 }
                 EV_THREAD => slot.depth = 0,
@@ -395,14 +434,16 @@ fn follow(slot: &mut Slot, base: usize, n: usize, size: usize, check: &mut impl 
         fence(Ordering::Acquire);
         if read(chunk + HDR_SEQ) != slot.seq {
             // Rewritten while read: what was read may be torn.
+            slot.depth = depth;
+            slot.stack = saved;
             newest = read(base + RH_NEWEST);
             fence(Ordering::Acquire);
-            restart(slot, tid, newest);
+            restart(slot, newest);
             return;
         }
         slot.pos = pos;
-        for &(f, a, b) in &ended[..count] {
-            check(f, a, b);
+        for &(f, a, b, seen) in &ended[..count] {
+            check(f, a, b, seen);
         }
         if !done {
             return;
@@ -412,12 +453,13 @@ fn follow(slot: &mut Slot, base: usize, n: usize, size: usize, check: &mut impl 
     }
 }
 
-/// Follows the ring afresh from the start of its newest chunk, no call open.
-fn restart(slot: &mut Slot, tid: u32, newest: u64) {
-    slot.tid = tid;
+/// Follows the ring again from the start of its newest chunk (the watcher fell a ring
+/// behind). The calls it saw open stay open: their exits are still to come, and a call whose
+/// exit was missed is closed when a caller's exit is matched below it.
+fn restart(slot: &mut Slot, newest: u64) {
     slot.seq = newest;
     slot.pos = CHUNK_HEADER;
-    slot.depth = 0;
+    slot.since = 0;
 }
 
 /// Which triggers' patterns match the function at `func` (bit i: trigger i), decided once.
@@ -453,7 +495,11 @@ fn verdict(
 
 /// The name of the function that holds `func`, from its object's symbols.
 fn name_of(objects: &mut [Option<Object>; OBJECTS], func: usize, out: &mut StackBuf<1024>) -> bool {
-    if let Some(o) = objects.iter().flatten().find(|o| o.start <= func && func < o.end) {
+    if let Some(o) = objects
+        .iter()
+        .flatten()
+        .find(|o| o.start <= func && func < o.end)
+    {
         return o
             .symbols
             .as_ref()
@@ -491,7 +537,10 @@ fn name_of(objects: &mut [Option<Object>; OBJECTS], func: usize, out: &mut Stack
 
 /// The meta file's `module` line of the object whose code holds `func`: (start, end, bias),
 /// its path into `path`.
-fn module_line(func: usize, path: &mut StackBuf<{ MAX_PATH + 1 }>) -> Option<(usize, usize, usize)> {
+fn module_line(
+    func: usize,
+    path: &mut StackBuf<{ MAX_PATH + 1 }>,
+) -> Option<(usize, usize, usize)> {
     let mut meta = StackBuf::<1200>::new();
     files::with_path(|dir, name| {
         meta.push(dir);
@@ -555,7 +604,10 @@ fn decode_word(w: &[u8], out: &mut StackBuf<{ MAX_PATH + 1 }>) {
     while i < w.len() {
         if w[i] == b'%'
             && i + 2 < w.len()
-            && let (Some(a), Some(b)) = ((w[i + 1] as char).to_digit(16), (w[i + 2] as char).to_digit(16))
+            && let (Some(a), Some(b)) = (
+                (w[i + 1] as char).to_digit(16),
+                (w[i + 2] as char).to_digit(16),
+            )
         {
             out.push(&[(a * 16 + b) as u8]);
             i += 3;
