@@ -98,10 +98,10 @@ pub fn start() {
 /// the trigger watcher in ring mode (crate::trace::trigger), which has no collector. The same
 /// thread rules hold for both: raw system calls only, no thread-local storage.
 /// `what` names the thread and `without` says what happens without it, in the one line said
-/// if it cannot be made.
-pub fn start_thread(entry: extern "C" fn(usize) -> !, what: &str, without: &str) {
+/// if it cannot be made. Returns whether the thread runs.
+pub fn start_thread(entry: extern "C" fn(usize) -> !, what: &str, without: &str) -> bool {
     if TID.load(Ordering::Relaxed) != 0 {
-        return;
+        return true;
     }
     STOP.store(false, Ordering::SeqCst);
     let mut stack = STACK.load(Ordering::Relaxed);
@@ -113,7 +113,7 @@ pub fn start_thread(entry: extern "C" fn(usize) -> !, what: &str, without: &str)
                     "cannot map the {what} thread's stack: {}; {without}",
                     sys::Errno(e)
                 );
-                return;
+                return false;
             }
         };
         // SAFETY: the lowest page of our own fresh mapping becomes the guard page.
@@ -122,7 +122,7 @@ pub fn start_thread(entry: extern "C" fn(usize) -> !, what: &str, without: &str)
         STACK.store(stack, Ordering::Relaxed);
     }
     let Some(tp) = fake_tls(what, without) else {
-        return;
+        return false;
     };
     let flags = libc::CLONE_VM
         | libc::CLONE_FS
@@ -167,9 +167,10 @@ pub fn start_thread(entry: extern "C" fn(usize) -> !, what: &str, without: &str)
             "cannot start the {what} thread: {}; {without}",
             sys::Errno(-tid as i32)
         );
-        return;
+        return false;
     }
     TID.store(tid as i32, Ordering::Relaxed);
+    true
 }
 
 /// Ends the collector thread, for a system call that needs the process to be one thread

@@ -18,7 +18,7 @@
 //! `collector` (the thread), `xray::elf` (symbols), and the layers below the outputs.
 
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering, fence};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
 
 use super::collector;
 use super::files;
@@ -78,6 +78,9 @@ static ASKED: AtomicU32 = AtomicU32::new(0);
 static DONE: AtomicU32 = AtomicU32::new(0);
 /// Whether the watcher runs in this process.
 static RUNNING: AtomicBool = AtomicBool::new(false);
+/// The counter and CLOCK_MONOTONIC when it was started: its pace is measured from there.
+static START: AtomicU64 = AtomicU64::new(0);
+static START_NS: AtomicU64 = AtomicU64::new(0);
 
 fn table() -> &'static Table {
     // SAFETY: see `Shared`.
@@ -113,14 +116,15 @@ pub fn wanted() -> bool {
 
 /// Starts the watcher (ring mode's start, and again in a fork child).
 pub fn start() {
-    RUNNING.store(false, Ordering::Relaxed);
-    if wanted() {
-        collector::start_thread(watch, "trigger", "no triggers fire");
-    }
+    let (c, m, _) = clock_pair();
+    START.store(c, Ordering::Relaxed);
+    START_NS.store(m, Ordering::Relaxed);
+    let runs = wanted() && collector::start_thread(watch, "trigger", "no triggers fire");
+    RUNNING.store(runs, Ordering::Release);
 }
 
 /// At the end of the image: one last pass of the watcher over the rings, so that a call that
-/// ended just before is seen. Waits for it at most 200 ms.
+/// ended just before is seen. Waits for it at most 2 s (a watcher starved of CPU time).
 pub fn flush() {
     if !RUNNING.load(Ordering::Acquire) {
         return;
@@ -131,7 +135,7 @@ pub fn flush() {
         tv_sec: 0,
         tv_nsec: 1_000_000,
     };
-    for _ in 0..200 {
+    for _ in 0..2000 {
         let done = DONE.load(Ordering::Acquire);
         if done.wrapping_sub(want) as i32 >= 0 {
             return;
@@ -201,6 +205,7 @@ extern "C" fn watch(_: usize) -> ! {
                     "cannot map the trigger watcher's state: {}; no triggers fire",
                     sys::Errno(e)
                 );
+                RUNNING.store(false, Ordering::Release);
                 park();
             }
         }
@@ -214,11 +219,13 @@ extern "C" fn watch(_: usize) -> ! {
     let state = unsafe { &mut *(state as *mut State) };
     let mut objects: [Option<Object>; OBJECTS] = [const { None }; OBJECTS];
     let t = table();
-    let (c0, m0, _) = clock_pair();
+    let (c0, m0) = (
+        START.load(Ordering::Relaxed),
+        START_NS.load(Ordering::Relaxed),
+    );
     let mut ticks = [u64::MAX; MAX_TRIGGERS];
     let mut last_snapshot: Option<u64> = None;
     let gap = 1_000_000_000 / t.limit as u64;
-    RUNNING.store(true, Ordering::Release);
     let period = libc::timespec {
         tv_sec: 0,
         tv_nsec: PERIOD_NS as libc::c_long,
@@ -312,12 +319,15 @@ fn follow(
     let tid = unsafe { ((base + RH_TID) as *const u32).read_volatile() };
     let mut newest = read(base + RH_NEWEST);
     fence(Ordering::Acquire);
+    if newest == SEQ_REWRITING {
+        return; // no chunk yet
+    }
     if slot.tid != tid {
         // A new writer (or the first look): no call of its is open yet.
         slot.tid = tid;
         slot.depth = 0;
         restart(slot, newest);
-    } else if newest >= slot.seq + n64 {
+    } else if newest >= slot.seq.saturating_add(n64) {
         restart(slot, newest);
     }
     for _ in 0..2 * n {
