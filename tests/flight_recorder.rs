@@ -23,6 +23,7 @@ feature_tests! {
     a_call_longer_than_its_ring_is_marked_incomplete(x86_64),
     triggers_keep_to_their_rate_limit(x86_64),
     a_bad_trigger_is_said_once_and_ignored(x86_64),
+    short_lived_threads_recycle_rings(x86_64, aarch64),
 }
 
 /// One round of a worker of ring.c: (kind, function).
@@ -688,4 +689,48 @@ fn a_bad_trigger_is_said_once_and_ignored(arch: Arch) {
         "{stderr}"
     );
     assert!(stderr.contains("needs INSTRFN_MODE=ring"), "{stderr}");
+}
+
+/// 50 workers, one after another: they take turns in one slot, so the ring file holds two
+/// rings (main's and theirs) however many threads come and go. A recycled ring keeps its
+/// earlier owners' events until they are rewritten: the exit snapshot shows all 50 workers,
+/// each with its 100 rounds, under their own tids.
+fn short_lived_threads_recycle_rings(arch: Arch) {
+    let (dir, exe) = ring_fixture(arch, "serial");
+    let trace = dir.join("trace");
+    let t = trace.display().to_string();
+    let env = ring_env(arch, &t, &[]);
+    let out = run_within(
+        &mut ring_command(arch, &exe, &["50", "100", "serial"], &env, &dir),
+        300,
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let ring_file = std::fs::read_dir(&trace)
+        .unwrap()
+        .flatten()
+        .find(|e| e.path().extension().is_some_and(|x| x == "ring"))
+        .unwrap()
+        .path();
+    let region = 4096 + 4 * 1024 * 1024; // a ring header and the default 4 MiB
+    assert_eq!(
+        std::fs::metadata(&ring_file).unwrap().len(),
+        4096 + 2 * region
+    );
+    let snaps = snapshots(&trace);
+    assert_eq!(snaps.len(), 1);
+    assert_eq!(windows(&snaps[0]).len(), 2, "{}", meta_text(&snaps[0]));
+    let p = instrfn_dump(&snaps[0]).remove(0);
+    let workers: Vec<&Vec<DumpEvent>> = p
+        .threads
+        .values()
+        .filter(|ev| ev.iter().any(|e| e.name == "outer"))
+        .collect();
+    assert_eq!(workers.len(), 50, "{}: {:?}", arch.name, p.threads.keys());
+    for ev in workers {
+        let rounds = ev
+            .iter()
+            .filter(|e| e.kind == "entry" && e.name == "outer")
+            .count();
+        assert_eq!(rounds, 100, "{}", arch.name);
+    }
 }
