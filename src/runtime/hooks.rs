@@ -123,9 +123,10 @@ const _: () = assert!(core::mem::size_of::<Closing>() <= MODULE_STATE_BYTES);
 extern "C" fn module_closing(bias: usize, path: *const core::ffi::c_char, state: *mut c_void) {
     let state = state.cast::<Closing>();
     let found = match started() {
-        // SAFETY: path is the loader's NUL-terminated name of the object (dlinfo).
         Some(rt) if rt.owned_here() && !path.is_null() => {
-            objects::find_shared_object(bias, unsafe { core::ffi::CStr::from_ptr(path) }.to_bytes())
+            // SAFETY: path is the loader's NUL-terminated name of the object (dlinfo).
+            let path = unsafe { core::ffi::CStr::from_ptr(path) };
+            objects::find_shared_object(bias, path.to_bytes())
         }
         _ => None,
     };

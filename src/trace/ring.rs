@@ -415,9 +415,9 @@ fn take(reason: &[u8], fired: Option<&Fired>) -> Result<(), i32> {
                 // Whole if the thread's window reaches back to the call's entry.
                 let whole = f.seen && since.is_some_and(|t| t <= f.entry);
                 let mut line = StackBuf::<1200>::new();
-                let _ = write!(
+                let _ = writeln!(
                     line,
-                    "trigger {} {} {:#x} {:#x} {:#x} {} {} {}\n",
+                    "trigger {} {} {:#x} {:#x} {:#x} {} {} {}",
                     f.slot,
                     f.tid,
                     f.func,
@@ -430,7 +430,7 @@ fn take(reason: &[u8], fired: Option<&Fired>) -> Result<(), i32> {
                 write_all(meta_out, line.as_bytes())?;
             }
             let mut line = StackBuf::<64>::new();
-            let _ = write!(line, "complete {kept}\n");
+            let _ = writeln!(line, "complete {kept}");
             write_all(meta_out, line.as_bytes())
         });
     close(events);
@@ -540,9 +540,9 @@ fn copy_rings(events: i32, meta_out: i32, slot: u32) -> Result<(usize, Option<u6
             first = 0;
         }
         let mut line = StackBuf::<160>::new();
-        let _ = write!(
+        let _ = writeln!(
             line,
-            "window {} {tid} {first} {last} {wraps} {dropped}\n",
+            "window {} {tid} {first} {last} {wraps} {dropped}",
             block.index
         );
         write_all(meta_out, line.as_bytes())?;

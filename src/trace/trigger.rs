@@ -239,8 +239,8 @@ extern "C" fn watch(_: usize) -> ! {
         let (c, m, _) = clock_pair();
         if m > m0 + PERIOD_NS && c > c0 {
             // Ticks per trigger, from the counter's pace since the watcher started.
-            for i in 0..t.count {
-                ticks[i] = (t.ns[i] as u128 * (c - c0) as u128 / (m - m0) as u128) as u64;
+            for (ticks, &ns) in ticks.iter_mut().zip(&t.ns[..t.count]) {
+                *ticks = (ns as u128 * (c - c0) as u128 / (m - m0) as u128) as u64;
             }
         }
         let least = ticks[..t.count].iter().copied().min().unwrap_or(u64::MAX);
@@ -260,8 +260,8 @@ extern "C" fn watch(_: usize) -> ! {
                     return;
                 }
                 let verdict = verdict(&mut state.verdicts, &mut objects, func, t);
-                for i in 0..t.count {
-                    if verdict & (1 << i) != 0 && len >= ticks[i] {
+                for (i, &at_least) in ticks[..t.count].iter().enumerate() {
+                    if verdict & (1 << i) != 0 && len >= at_least {
                         let ns = (len as u128 * (m - m0) as u128 / (c - c0).max(1) as u128) as u64;
                         fired = Some((
                             Fired {
@@ -479,9 +479,9 @@ fn verdict(
     func: usize,
     t: &Table,
 ) -> u16 {
-    let mut h = (func >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52;
-    for _ in 0..VERDICTS {
-        let e = &mut verdicts[h & (VERDICTS - 1)];
+    let home = (func >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52;
+    for probe in 0..VERDICTS {
+        let e = &mut verdicts[(home + probe) & (VERDICTS - 1)];
         if e.1 & DECIDED != 0 && e.0 == func {
             return e.1 & !DECIDED;
         }
@@ -498,7 +498,6 @@ fn verdict(
             *e = (func, v | DECIDED);
             return v;
         }
-        h += 1;
     }
     0
 }
