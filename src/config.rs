@@ -84,9 +84,9 @@ pub const DEFAULT_HZ: u32 = 1000;
 /// thread.
 pub const DEFAULT_BUFSIZE: usize = 1 << 20;
 const MIN_BUFSIZE: usize = 4096;
-/// 4 MiB per thread: 16 chunks of 256 KiB. A busy thread writes 8 bytes per call (a call
-/// word) to 16 per call, so a ring holds its last 250 000 to 500 000 calls: 6-12 ms of the
-/// threads workload at full speed (docs/flight-recorder.md), seconds of a server thread.
+/// 4 MiB per thread: 16 chunks of 256 KiB. A ring held about a million events (4.1-5.5
+/// bytes each): 12-29 ms of one busy thread of the threads workload (docs/flight-recorder.md,
+/// "Sizing"), seconds of a server thread.
 pub const DEFAULT_RING: usize = 4 << 20;
 const MIN_RING: usize = 64 << 10;
 /// INSTRFN_TRIGGER_LIMIT: one snapshot per second, each up to a ring per thread on disk.
