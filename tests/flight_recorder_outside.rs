@@ -611,10 +611,7 @@ fn record_with_a_ring(arch: Arch) {
             .current_dir(&dir);
         cmd
     };
-    let out = run_within(
-        &mut record(&["--ring=64K"]).args(["2", "5000", "exit"]),
-        300,
-    );
+    let out = run_within(record(&["--ring=64K"]).args(["2", "5000", "exit"]), 300);
     let err = stderr_of(&out);
     assert!(
         err.contains("instrfn: exit snapshot: ") && err.contains("snapshots/1"),
