@@ -94,7 +94,11 @@ enum Command {
     /// Copies each thread's ring (INSTRFN_MODE=ring, `record --ring`) into
     /// DIR/snapshots/<n>/, a trace that report, export and dump read. It works while the
     /// program runs and after it died (SIGKILL, the OOM killer): the rings live in the ring
-    /// files' pages. Chunks a thread rewrote during the copy are left out, and counted.
+    /// files' pages. Chunks a thread rewrote during the copy are left out, and counted. One
+    /// line says what the snapshot holds.
+    ///
+    /// Example: `instrfn record --ring ./server &`, later `instrfn snapshot`, then
+    /// `instrfn report` (which reads the newest snapshot).
     Snapshot {
         /// The ring-mode trace directory.
         #[arg(default_value = "instrfn.data")]

@@ -93,6 +93,13 @@ fn images(dir: &Path, pid: Option<u32>) -> Result<Vec<Image>, String> {
     for (_, _, name) in names {
         let path = dir.join(format!("{name}.ring"));
         if let Some(ring) = RingFile::open(&path).map_err(|e| e.to_string())? {
+            let meta = dir.join(format!("{name}.meta"));
+            if !meta.is_file() {
+                return Err(format!(
+                    "{}: missing (its ring file is there)",
+                    meta.display()
+                ));
+            }
             images.push(Image { name, ring });
         }
     }
