@@ -353,3 +353,114 @@ pub fn newest_snapshot(dir: &Path) -> Option<(PathBuf, String)> {
         .unwrap_or_default();
     Some((snap, reason))
 }
+
+#[cfg(test)]
+mod tests {
+    use instrfn_format::{HDR_SLOT, RH_SLOT, RH_VERSION};
+
+    use super::*;
+
+    const C: usize = 4096;
+    const N: usize = 4;
+
+    /// A ring file of 3 slots, 4 chunks of 4 KiB each, in the byte order `le`: slot 0 whose
+    /// chunks hold `seqs[0]` by index, slot 1 never made, slot 2 holding `seqs[1]`; each
+    /// chunk's first event word is its sequence number + 1.
+    fn ring_file(name: &str, le: bool, seqs: [[u64; N]; 2]) -> PathBuf {
+        let put32 = |b: &mut [u8], at: usize, v: u32| {
+            b[at..at + 4].copy_from_slice(&if le { v.to_le_bytes() } else { v.to_be_bytes() })
+        };
+        let put64 = |b: &mut [u8], at: usize, v: u64| {
+            b[at..at + 8].copy_from_slice(&if le { v.to_le_bytes() } else { v.to_be_bytes() })
+        };
+        let region = RING_HEADER + N * C;
+        let mut f = vec![0u8; RING_FILE_HEADER + 3 * region];
+        f[..8].copy_from_slice(RING_FILE_MAGIC);
+        put32(&mut f, RF_VERSION, RING_VERSION);
+        put32(&mut f, RF_CHUNK, C as u32);
+        put32(&mut f, RF_CHUNKS, N as u32);
+        put64(&mut f, RF_REGION, region as u64);
+        for (slot, seqs) in [(0usize, seqs[0]), (2, seqs[1])] {
+            let ring = RING_FILE_HEADER + slot * region;
+            f[ring..ring + 8].copy_from_slice(RING_MAGIC);
+            put32(&mut f, ring + RH_VERSION, RING_VERSION);
+            put32(&mut f, ring + RH_SLOT, slot as u32);
+            put32(&mut f, ring + RH_TID, 100 + slot as u32);
+            let newest = seqs.iter().filter(|&&s| s != SEQ_REWRITING).max().unwrap();
+            put64(&mut f, ring + RH_NEWEST, *newest);
+            put64(&mut f, ring + RH_WRAPS, newest / N as u64);
+            for (j, &seq) in seqs.iter().enumerate() {
+                let c = ring + RING_HEADER + j * C;
+                f[c..c + 8].copy_from_slice(CHUNK_MAGIC);
+                put32(&mut f, c + HDR_SLOT, slot as u32);
+                put64(&mut f, c + HDR_SEQ, seq);
+                put64(&mut f, c + CHUNK_HEADER, seq.wrapping_add(1));
+            }
+        }
+        let path =
+            std::env::temp_dir().join(format!("instrfn-ring-{name}-{}.ring", std::process::id()));
+        std::fs::write(&path, f).unwrap();
+        path
+    }
+
+    /// (slot, tid, first, last, wraps, dropped) and the first event word of each chunk kept.
+    fn copied(path: &Path) -> Vec<([u64; 6], Vec<u64>)> {
+        let r = RingFile::open(path).unwrap().unwrap();
+        assert_eq!(r.slots(), 3);
+        (0..r.slots())
+            .filter_map(|s| r.copy_ring(s).unwrap())
+            .map(|c| {
+                let firsts = c
+                    .chunks
+                    .iter()
+                    .map(|b| u64_at(b, CHUNK_HEADER, r.little_endian))
+                    .collect();
+                let w = [c.slot as u64, c.tid as u64, c.first, c.last, c.wraps];
+                ([w[0], w[1], w[2], w[3], w[4], c.dropped as u64], firsts)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_window_is_the_newest_chunks_back_to_the_first_rewritten_one() {
+        for le in [true, false] {
+            // Slot 0: went round once, every chunk whole. Slot 2: the oldest chunk (seq 4) is
+            // being rewritten for seq 8: chunks 5 to 7 kept, one dropped.
+            let path = ring_file(
+                &format!("w{le}"),
+                le,
+                [[4, 5, 6, 7], [SEQ_REWRITING, 5, 6, 7]],
+            );
+            assert_eq!(
+                copied(&path),
+                vec![
+                    ([0, 100, 4, 7, 1, 0], vec![5, 6, 7, 8]),
+                    ([2, 102, 5, 7, 1, 1], vec![6, 7, 8]),
+                ],
+                "little-endian {le}"
+            );
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_skipped_number_leaves_no_gap_and_a_young_ring_has_fewer_chunks() {
+        // Slot 0: number 5 was skipped (its index keeps chunk 1). Slot 2: chunks 0 and 1 only.
+        let path = ring_file("skip", true, [[4, 1, 6, 7], [0, 1, 0, 0]]);
+        let c = copied(&path);
+        assert_eq!(c[0], ([0, 100, 4, 7, 1, 0], vec![5, 7, 8]));
+        assert_eq!(c[1], ([2, 102, 0, 1, 0, 0], vec![1, 2]));
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn bad_headers_are_errors_and_an_empty_file_is_not_started() {
+        let path = std::env::temp_dir().join(format!("instrfn-ring-bad-{}", std::process::id()));
+        std::fs::write(&path, b"").unwrap();
+        assert!(RingFile::open(&path).unwrap().is_none());
+        std::fs::write(&path, [b'x'; 64]).unwrap();
+        let e = RingFile::open(&path).err().unwrap();
+        assert!(e.message.contains("bad magic"), "{e}");
+        std::fs::remove_file(path).unwrap();
+    }
+}
