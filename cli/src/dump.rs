@@ -1,5 +1,5 @@
 //! `instrfn dump`: the raw events of a trace, per process and thread slot, and the summary
-//! line that `dump --summary` and `record` print. Uses names and sink.
+//! line that `dump --summary` and `record` print. Uses names, sink and trace_dir.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -8,12 +8,13 @@ use instrfn_trace::{Kind, Trace};
 
 use crate::names::Names;
 use crate::sink::{put, write_error};
+use crate::trace_dir;
 
 /// Lists every event of the trace in `dir`, with function names unless `raw` (demangled if
 /// `demangle`).
 pub fn dump(dir: &Path, raw: bool, demangle: bool) -> Result<ExitCode, String> {
     use std::io::Write;
-    let trace = Trace::open(dir).map_err(|e| e.to_string())?;
+    let trace = trace_dir::open(dir)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     for p in &trace.processes {
@@ -82,8 +83,8 @@ pub fn dump(dir: &Path, raw: bool, demangle: bool) -> Result<ExitCode, String> {
 
 /// Prints the summary line of the trace in `dir`.
 pub fn summary(dir: &Path) -> Result<ExitCode, String> {
-    let trace = Trace::open(dir).map_err(|e| e.to_string())?;
-    println!("{}", trace_summary(&trace, dir).1);
+    let trace = trace_dir::open(dir)?;
+    println!("{}", trace_summary(&trace, &trace.dir).1);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -2,7 +2,7 @@
 //! trace (`perfetto`), folded stacks of self time or a flame graph SVG (`folded`), a pprof
 //! profile (`pprof`), or an XRay log (`xray`). This module holds the command's arguments and
 //! picks the format. Output goes through a [`Sink`], so a failed export leaves no partial file
-//! behind. Uses chrome, perfetto, folded, pprof, xray, filter, names and sink.
+//! behind. Uses chrome, perfetto, folded, pprof, xray, filter, names, sink and trace_dir.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,11 +12,11 @@ use instrfn_trace::Trace;
 
 use crate::filter::{FilterArgs, processes};
 use crate::sink::Sink;
-use crate::{chrome, folded, names, perfetto, pprof, xray};
+use crate::{chrome, folded, names, perfetto, pprof, trace_dir, xray};
 
 #[derive(Args, Debug)]
 pub struct ExportArgs {
-    /// The trace directory.
+    /// The trace directory (a ring-mode trace: its newest complete snapshot).
     #[arg(default_value = "instrfn.data")]
     pub dir: PathBuf,
     /// What to write.
@@ -80,7 +80,7 @@ fn progress(trace: &Trace) -> indicatif::ProgressBar {
 }
 
 pub fn run(a: &ExportArgs) -> Result<ExitCode, String> {
-    let trace = Trace::open(&a.dir).map_err(|e| e.to_string())?;
+    let trace = trace_dir::open(&a.dir)?;
     let procs = processes(&trace, a.pid)?;
     let demangle = !a.no_demangle;
     // XRay: the instrumentation map is read before any output file exists.

@@ -6,8 +6,9 @@
 //!
 //! Modules, bottom up: `sink` (where output goes), `names` (function names, warnings), `filter`
 //! (which processes and calls count), `protobuf` (its encoding) and `perfetto_packets`; the outputs `chrome`,
-//! `perfetto`, `folded`, `pprof` and `xray`; the commands `export`, `report`, `dump` and
-//! `record` (which prints dump's summary line).
+//! `perfetto`, `folded`, `pprof` and `xray`; `trace_dir` (which trace a reading command
+//! reads); the commands `export`, `report`, `dump`, `snapshot` and `record` (which prints
+//! dump's summary line).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -27,6 +28,8 @@ mod record;
 mod report;
 mod runtime_lib;
 mod sink;
+mod snapshot;
+mod trace_dir;
 mod xray;
 
 use clap::{Parser, Subcommand};
@@ -47,15 +50,29 @@ enum Command {
     /// Run CMD with the runtime preloaded, and say what was recorded.
     ///
     /// Trace mode writes entry/exit events into DIR (one pair of files per program image,
-    /// processes started by CMD included); gmon mode writes gmon.out files into DIR. CMD's
-    /// exit status is passed through.
+    /// processes started by CMD included); gmon mode writes gmon.out files into DIR. Ring
+    /// mode (--ring) keeps each thread's newest events in a ring in DIR and writes them out
+    /// as a snapshot, DIR/snapshots/<n>, at exit, on --snapshot-signal, or when
+    /// `instrfn snapshot DIR` is run. CMD's exit status is passed through.
+    ///
+    /// Example: `instrfn record --ring=64M --snapshot-signal USR2 ./server`, then
+    /// `kill -USR2 <pid>` or `instrfn snapshot`, and `instrfn report`.
     Record {
         /// Where the trace (or the gmon.out files) go.
         #[arg(short = 'o', long, default_value = "instrfn.data")]
         output: PathBuf,
-        /// What to record.
-        #[arg(long, value_enum, default_value_t = Mode::Trace)]
-        mode: Mode,
+        /// What to record [default: trace].
+        #[arg(long, value_enum)]
+        mode: Option<Mode>,
+        /// Ring mode (the flight recorder): each thread keeps its newest SIZE bytes of events
+        /// (64K to 1G, with K, M or G; default 4M). Same as --mode ring.
+        #[arg(long, value_name = "SIZE", num_args = 0..=1, require_equals = true,
+              default_missing_value = "", value_parser = record::ring_size)]
+        ring: Option<String>,
+        /// Ring mode: take a snapshot when the program gets this signal (USR1, USR2, HUP,
+        /// a number…).
+        #[arg(long, value_name = "SIG", value_parser = record::signal_name)]
+        snapshot_signal: Option<String>,
         /// The runtime to preload (default: libinstrfn.so next to this program, else the one
         /// built into it, written once to ~/.cache/instrfn).
         #[arg(long)]
@@ -72,9 +89,27 @@ enum Command {
     /// Write the trace as a Chrome or Perfetto timeline, a pprof profile, folded stacks, a flame
     /// graph SVG or an XRay log.
     Export(export::ExportArgs),
+    /// Take a snapshot of a ring-mode trace from outside the program.
+    ///
+    /// Copies each thread's ring (INSTRFN_MODE=ring, `record --ring`) into
+    /// DIR/snapshots/<n>/, a trace that report, export and dump read. It works while the
+    /// program runs and after it died (SIGKILL, the OOM killer): the rings live in the ring
+    /// files' pages. Chunks a thread rewrote during the copy are left out, and counted. One
+    /// line says what the snapshot holds.
+    ///
+    /// Example: `instrfn record --ring ./server &`, later `instrfn snapshot`, then
+    /// `instrfn report` (which reads the newest snapshot).
+    Snapshot {
+        /// The ring-mode trace directory.
+        #[arg(default_value = "instrfn.data")]
+        dir: PathBuf,
+        /// Only the rings of this process (every image it ran).
+        #[arg(long)]
+        pid: Option<u32>,
+    },
     /// List the raw events of a trace, per process and thread.
     Dump {
-        /// The trace directory.
+        /// The trace directory (a ring-mode trace: its newest complete snapshot).
         #[arg(default_value = "instrfn.data")]
         dir: PathBuf,
         /// Show raw addresses, not function names.
@@ -108,9 +143,13 @@ fn main() -> ExitCode {
         Command::Record {
             output,
             mode,
+            ring,
+            snapshot_signal,
             preload,
             cmd,
-        } => record::record(&output, mode, preload, &cmd),
+        } => record::Recording::pick(mode, ring, snapshot_signal)
+            .and_then(|r| record::record(&output, &r, preload, &cmd)),
+        Command::Snapshot { dir, pid } => snapshot::snapshot(&dir, pid),
         Command::Report(a) => report::run(&a),
         Command::Export(a) => export::run(&a),
         Command::Dump {

@@ -1,6 +1,6 @@
 //! `instrfn record`: runs a program with the runtime preloaded into a fresh output directory,
-//! passes its exit status through, and says what it recorded. Uses dump (the summary line)
-//! and runtime_lib (which runtime).
+//! passes its exit status through, and says what it recorded (in ring mode: its newest
+//! snapshot). Uses dump (the summary line) and runtime_lib (which runtime).
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use clap::ValueEnum;
 use instrfn_trace::Trace;
+use instrfn_trace::ring::newest_snapshot;
 
 use crate::dump::trace_summary;
 use crate::runtime_lib;
@@ -16,17 +17,132 @@ use crate::runtime_lib;
 /// What `record` records.
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Mode {
+    /// Every entry and exit.
     Trace,
+    /// gmon.out profiles, for gprof.
     Gmon,
+    /// Each thread's newest events, in a ring; written out as snapshots.
+    Ring,
 }
 
-/// Runs `cmd` with the runtime preloaded, recording into `output` in `mode`.
+/// The mode, and ring mode's settings, from record's options.
+pub struct Recording {
+    pub mode: Mode,
+    /// INSTRFN_RING (None: the runtime's default).
+    pub ring: Option<String>,
+    /// INSTRFN_SNAPSHOT_SIGNAL.
+    pub snapshot_signal: Option<String>,
+}
+
+impl Recording {
+    /// The recording `--mode`, `--ring[=SIZE]` and `--snapshot-signal` ask for (`ring` is
+    /// empty for `--ring` without a size).
+    pub fn pick(
+        mode: Option<Mode>,
+        ring: Option<String>,
+        snapshot_signal: Option<String>,
+    ) -> Result<Recording, String> {
+        let mode = match (mode, &ring) {
+            (Some(Mode::Trace | Mode::Gmon), Some(_)) => {
+                return Err("--ring records in ring mode: it goes with --mode ring only".into());
+            }
+            (_, Some(_)) => Mode::Ring,
+            (m, None) => m.unwrap_or(Mode::Trace),
+        };
+        if mode != Mode::Ring && snapshot_signal.is_some() {
+            return Err("--snapshot-signal is for ring mode: add --ring".into());
+        }
+        Ok(Recording {
+            mode,
+            ring: ring.filter(|s| !s.is_empty()),
+            snapshot_signal,
+        })
+    }
+}
+
+/// `--ring`'s SIZE: bytes, or with K, M or G, from 64K to 1G, as INSTRFN_RING takes them
+/// (empty: `--ring` alone).
+pub fn ring_size(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Ok(String::new());
+    }
+    let t = s.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
+    let (digits, shift) = match t.as_bytes().last() {
+        Some(b'k' | b'K') => (&t[..t.len() - 1], 10),
+        Some(b'm' | b'M') => (&t[..t.len() - 1], 20),
+        Some(b'g' | b'G') => (&t[..t.len() - 1], 30),
+        _ => (t, 0),
+    };
+    match digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+    {
+        Some(n) if (64 << 10..=1 << 30).contains(&n) => Ok(s.to_string()),
+        _ => Err("a size from 64K to 1G (bytes, or with K, M, G), such as 16M".into()),
+    }
+}
+
+/// `--snapshot-signal`'s SIG: a name (with or without SIG) or a number, as
+/// INSTRFN_SNAPSHOT_SIGNAL takes it; not one the runtime or the program's crash needs.
+pub fn signal_name(s: &str) -> Result<String, String> {
+    const NAMES: [(&str, i32); 9] = [
+        ("HUP", libc::SIGHUP),
+        ("INT", libc::SIGINT),
+        ("QUIT", libc::SIGQUIT),
+        ("USR1", libc::SIGUSR1),
+        ("USR2", libc::SIGUSR2),
+        ("ALRM", libc::SIGALRM),
+        ("TERM", libc::SIGTERM),
+        ("WINCH", libc::SIGWINCH),
+        ("URG", libc::SIGURG),
+    ];
+    let name = s.trim();
+    let name = name.strip_prefix("SIG").unwrap_or(name);
+    let sig = match name.parse::<i32>() {
+        Ok(n) => Some(n),
+        Err(_) => NAMES
+            .iter()
+            .find(|(n, _)| name.eq_ignore_ascii_case(n))
+            .map(|&(_, sig)| sig),
+    };
+    let forbidden = [
+        libc::SIGKILL,
+        libc::SIGSTOP,
+        libc::SIGPROF,
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGILL,
+        libc::SIGFPE,
+        libc::SIGTRAP,
+        libc::SIGABRT,
+        libc::SIGSYS,
+        libc::SIGCHLD,
+    ];
+    match sig {
+        Some(sig) if (1..=libc::SIGRTMAX()).contains(&sig) && !forbidden.contains(&sig) => {
+            Ok(s.trim().to_string())
+        }
+        _ => Err(
+            "a signal such as USR1, SIGUSR2, HUP or 10 (not KILL, STOP, PROF, CHLD or a \
+                  fault signal)"
+                .into(),
+        ),
+    }
+}
+
+/// Runs `cmd` with the runtime preloaded, recording into `output` as `r` says.
 pub fn record(
     output: &Path,
-    mode: Mode,
+    r: &Recording,
     preload: Option<PathBuf>,
     cmd: &[OsString],
 ) -> Result<ExitCode, String> {
+    let mode = r.mode;
     let lib = runtime_lib::find(preload)?;
     std::fs::create_dir_all(output)
         .map_err(|e| format!("cannot create {}: {e}", output.display()))?;
@@ -41,9 +157,14 @@ pub fn record(
         if name.ends_with(".meta")
             || name.ends_with(".events")
             || name.ends_with(".stage")
+            || name.ends_with(".ring")
             || name.starts_with("gmon.out")
         {
             std::fs::remove_file(e.path())
+                .map_err(|err| format!("cannot remove {}: {err}", e.path().display()))?;
+        } else if name == "snapshots" && e.path().is_dir() {
+            // A ring-mode recording's snapshots.
+            std::fs::remove_dir_all(e.path())
                 .map_err(|err| format!("cannot remove {}: {err}", e.path().display()))?;
         }
     }
@@ -64,6 +185,17 @@ pub fn record(
             command
                 .env("INSTRFN_MODE", "gmon")
                 .env("GMON_OUT_PREFIX", output.join("gmon.out"));
+        }
+        Mode::Ring => {
+            command
+                .env("INSTRFN_MODE", "ring")
+                .env("INSTRFN_OUTPUT", &output);
+            if let Some(size) = &r.ring {
+                command.env("INSTRFN_RING", size);
+            }
+            if let Some(sig) = &r.snapshot_signal {
+                command.env("INSTRFN_SNAPSHOT_SIGNAL", sig);
+            }
         }
     }
     let status = command
@@ -129,6 +261,7 @@ fn summary(output: &Path, mode: Mode, cmd: &std::ffi::OsStr) {
                 eprintln!("instrfn: {n} profiles in {}", output.display());
             }
         }
+        Mode::Ring => ring_summary(output, &hint),
         Mode::Trace => match Trace::open(output) {
             Ok(trace) => match trace_summary(&trace, output) {
                 (0, _) if trace.processes.iter().all(|p| p.lost_total() == 0) => hint("event"),
@@ -147,5 +280,34 @@ fn summary(output: &Path, mode: Mode, cmd: &std::ffi::OsStr) {
             }
             Err(e) => eprintln!("instrfn: cannot read the trace: {e}"),
         },
+    }
+}
+
+/// Ring mode's line: the summary of the newest snapshot (the exit snapshot, unless
+/// INSTRFN_EXIT_SNAPSHOT=off or the program was killed), or how to take one.
+fn ring_summary(output: &Path, hint: &dyn Fn(&str)) {
+    let rings = std::fs::read_dir(output).map_or(0, |d| {
+        d.flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".ring"))
+            .count()
+    });
+    if rings == 0 {
+        return hint("event");
+    }
+    let Some((snap, reason)) = newest_snapshot(output) else {
+        eprintln!(
+            "instrfn: no snapshot of the rings in {0} (INSTRFN_EXIT_SNAPSHOT=off, or the \
+             program was killed): take one with instrfn snapshot {0}",
+            output.display()
+        );
+        return;
+    };
+    match Trace::open(&snap) {
+        Ok(trace) => {
+            let line = trace_summary(&trace, &snap).1;
+            let body = line.strip_prefix("instrfn: ").unwrap_or(&line);
+            eprintln!("instrfn: {reason} snapshot: {body}");
+        }
+        Err(e) => eprintln!("instrfn: cannot read the snapshot: {e}"),
     }
 }

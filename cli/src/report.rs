@@ -1,5 +1,5 @@
 //! `instrfn report`: per function, calls, total and self time, and the distribution of call
-//! durations, from a trace; a text table or JSON. Uses filter, names and sink.
+//! durations, from a trace; a text table or JSON. Uses filter, names, sink and trace_dir.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -14,10 +14,11 @@ use instrfn_trace::{Process, SourceLine, Trace};
 use crate::filter::{Filter, FilterArgs, human, processes};
 use crate::names::Names;
 use crate::sink::write_error;
+use crate::trace_dir;
 
 #[derive(Args, Debug)]
 pub struct ReportArgs {
-    /// The trace directory.
+    /// The trace directory (a ring-mode trace: its newest complete snapshot).
     #[arg(default_value = "instrfn.data")]
     pub dir: PathBuf,
     /// Order of the rows (largest first; `name` alphabetical).
@@ -280,7 +281,7 @@ fn sort(rows: &mut [Row], by: Sort) {
 }
 
 pub fn run(a: &ReportArgs) -> Result<ExitCode, String> {
-    let trace = Trace::open(&a.dir).map_err(|e| e.to_string())?;
+    let trace = trace_dir::open(&a.dir)?;
     let r = build(&trace, a)?;
     use std::io::Write;
     let stdout = std::io::stdout();

@@ -10,7 +10,8 @@
 //! the events and staging files); `event` (events decoded); `process` (one image's model);
 //! `trace` (a directory). Above them: `calls` (events matched into calls), `stats`
 //! (per-function statistics), `identity` (whether a module's file is still the one traced),
-//! `symbols` (names and lines), `xray` (XRay function ids).
+//! `symbols` (names and lines), `xray` (XRay function ids), `ring` (ring mode's ring files,
+//! copied from outside the program, and its snapshots).
 
 mod chunk;
 mod endian;
@@ -22,6 +23,7 @@ mod process;
 mod trace;
 
 pub mod calls;
+pub mod ring;
 pub mod stats;
 pub mod symbols;
 pub mod xray;
