@@ -20,12 +20,18 @@ with XRAY_OPTIONS alone it never starts, so its cost beside the gmon figures sai
   plain    as above
   floor    the -pg objects linked with scripts/bench/floor-mcount.S, an mcount that only reads
            the time stamp counter twice: what any tracer that times calls must at least pay
+  floor-ret  the -pg objects linked with scripts/bench/floor-ret.S: an mcount that reads the
+           counter, replaces the return address and reads the counter again in the stub it
+           returns through: what a tracer that replaces return addresses must at least pay
   instrfn  LD_PRELOAD=libinstrfn.so INSTRFN_MODE=trace; events counted back with
            `instrfn dump --summary`, bytes per event from the events files
   fentry   instrfn as above on gcc -O2 -pg -mfentry code (its return addresses replaced, as
            mcount code's)
   return   instrfn as above on gcc -O2 -pg -mfentry -minstrument-return=call code, linked with
            the __return__ stub (preload/return-stub.s): no return address replaced
+  cyg      instrfn as above on gcc -O2 -finstrument-functions code
+  ring     instrfn's ring mode (INSTRFN_MODE=ring, exit snapshot on) on the -pg binary; not
+           counted (a ring keeps only its newest events)
   uftrace  `uftrace record --no-libcall` of the same binary; calls counted with `uftrace report`
   xray     clang -fxray-instrument with compiler-rt's FDR mode selected and initialised
            explicitly (scripts/bench/xray-fdr.c), XRAY_FDR_OPTIONS=func_duration_threshold_us=0
@@ -89,6 +95,7 @@ SOURCE = os.path.join(ROOT, "tests", "fixtures", "c", "threads.c")
 PRELOAD = os.path.join(ROOT, "target", "release", "libinstrfn.so")
 INSTRFN = os.path.join(ROOT, "target", "release", "instrfn")
 FLOOR = os.path.join(ROOT, "scripts", "bench", "floor-mcount.S")
+FLOOR_RET = os.path.join(ROOT, "scripts", "bench", "floor-ret.S")
 RETURN_STUB = os.path.join(ROOT, "preload", "return-stub.s")
 XRAY_FDR = os.path.join(ROOT, "scripts", "bench", "xray-fdr.c")
 XRAY_EMPTY = os.path.join(ROOT, "scripts", "bench", "xray-empty.c")
@@ -195,7 +202,13 @@ def main():
         need(LLVM_XRAY)
         exe["floor"] = os.path.join(work, "floor")
         sh(["gcc", os.path.join(work, "threads.o"), FLOOR, "-o", exe["floor"], "-lpthread"])
+        exe["floor-ret"] = os.path.join(work, "floor-ret")
+        sh(["gcc", os.path.join(work, "threads.o"), FLOOR_RET, "-o", exe["floor-ret"],
+            "-lpthread"])
     if a.trace:
+        exe["cyg"] = os.path.join(work, "cyg")
+        sh(["gcc", "-O2", "-finstrument-functions", SOURCE, "-o", exe["cyg"], "-lpthread"])
+        exe["ring"] = exe["instrfn"]
         exe["fentry"] = os.path.join(work, "fentry")
         sh(["gcc", "-O2", "-pg", "-mfentry", SOURCE, "-o", exe["fentry"], "-lpthread"])
         stub = os.path.join(work, "libinstrfn-return-stub.so")
@@ -325,18 +338,20 @@ def trace_table(a, work, exe):
     for t in [int(x) for x in a.threads.split(",")]:
         args = [str(t), str(n)]
         calls = 2 * t * n
-        names = ["plain", "floor", "instrfn", "fentry", "return", "uftrace", "xray"]
+        names = ["plain", "floor", "floor-ret", "instrfn", "fentry", "return", "cyg", "ring",
+                 "uftrace", "xray"]
         best, rss, cpu, last = {}, {}, {}, {}
         # Rounds interleave the rows, as in the XRay table: a noisy minute of this shared
         # machine then falls on every row alike, not on one row's five runs.
         for _ in range(a.runs):
             for name in names:
                 d = fresh(os.path.join(work, f"trace-{name}"))
-                if name == "plain" or name == "floor":
+                if name in ("plain", "floor", "floor-ret"):
                     cmd, env = [exe[name]] + args, {}
-                elif name in ("instrfn", "fentry", "return"):
+                elif name in ("instrfn", "fentry", "return", "cyg", "ring"):
                     cmd = [exe[name]] + args
-                    env = {"LD_PRELOAD": PRELOAD, "INSTRFN_MODE": "trace",
+                    env = {"LD_PRELOAD": PRELOAD,
+                           "INSTRFN_MODE": "ring" if name == "ring" else "trace",
                            "INSTRFN_OUTPUT": os.path.join(d, "trace")}
                 elif name == "uftrace":
                     cmd = ["uftrace", "record", "--no-libcall", "-d", os.path.join(d, "data"),
@@ -358,7 +373,7 @@ def trace_table(a, work, exe):
         for name in names:
             # Counted from the last run's output.
             d, counted, per_event = last[name], None, None
-            if name in ("instrfn", "fentry", "return"):
+            if name in ("instrfn", "fentry", "return", "cyg"):
                 counted, per_event = instrfn_counted(os.path.join(d, "trace"), t)
             elif name == "uftrace":
                 counted = uftrace_counted(os.path.join(d, "data"))
@@ -375,6 +390,10 @@ def trace_table(a, work, exe):
                   f"{'' if per_event is None else format(per_event, '.1f'):>8} "
                   f"{cpu:>6.2f} {rss - rows['plain'][1]:>9}")
         print(f"{t:>2} ratios: instrfn/floor {ns['instrfn'] / ns['floor']:.2f}, "
+              f"instrfn/floor-ret {ns['instrfn'] / ns['floor-ret']:.2f}, "
+              f"fentry/floor-ret {ns['fentry'] / ns['floor-ret']:.2f}, "
+              f"cyg/floor {ns['cyg'] / ns['floor']:.2f}, "
+              f"ring/floor-ret {ns['ring'] / ns['floor-ret']:.2f}, "
               f"instrfn/uftrace {ns['instrfn'] / ns['uftrace']:.2f}, "
               f"instrfn/xray-fdr {ns['instrfn'] / ns['xray']:.2f}, "
               f"return/floor {ns['return'] / ns['floor']:.2f}, "

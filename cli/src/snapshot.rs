@@ -190,11 +190,11 @@ fn copy_image(dir: &Path, snap: &Path, image: &Image, mono: u64) -> Result<Kept,
         meta.push(b'\n'); // a line cut short as it was written
     }
     // The counter field: the newest timestamp of the events kept. The runtime writes its
-    // counter at the snapshot's start, but the program's counter is not ours to read (a
-    // program of another architecture under qemu, a TSC whose rate only its meta file's end
-    // line tells, a process gone), and converting CLOCK_MONOTONIC through the meta file's
-    // clock lines would need a rate a killed process never wrote. The reader does not use
-    // this field. The CLOCK_MONOTONIC field is the snapshot's start, as the runtime's.
+    // counter at the snapshot's start, but the program's counter is mostly not ours to read
+    // (a program of another architecture under qemu, a process gone): see live_clock_line.
+    // The reader does not use this field. The CLOCK_MONOTONIC field is the snapshot's start,
+    // as the runtime's.
+    meta.extend_from_slice(live_clock_line(&meta, &image.name).as_bytes());
     meta.extend_from_slice(
         format!(
             "snapshot outside {:#x} {mono}\n{windows}complete {}\n",
@@ -210,4 +210,43 @@ fn copy_image(dir: &Path, snap: &Path, image: &Image, mono: u64) -> Result<Kept,
         .and_then(|mut f| f.write_all(&meta))
         .map_err(|e| format!("cannot write {}: {e}", out.display()))?;
     Ok(kept)
+}
+
+/// A `clock` line read now, for the reader to pace the counter by, where this command can
+/// read the program's counter: an x86_64 program's TSC (`tsc`, invariant and shared by the
+/// machine's processes), while the program runs (`<pid>` alive) and has no `end` line. Else
+/// none: the reader then uses the end line, or the counter's nominal rate.
+fn live_clock_line(meta: &[u8], image: &str) -> String {
+    let text = String::from_utf8_lossy(meta);
+    let tsc = text
+        .lines()
+        .find(|l| l.starts_with("clock "))
+        .is_some_and(|l| l.split(' ').nth(1) == Some("tsc"));
+    let ended = text.lines().any(|l| l.starts_with("end "));
+    let pid: Option<i32> = image.split('.').next().and_then(|p| p.parse().ok());
+    // SAFETY: kill(2) with signal 0 only asks whether the process exists.
+    let alive = pid.is_some_and(|p| p > 0 && unsafe { libc::kill(p, 0) } == 0);
+    if !tsc || ended || !alive || !cfg!(target_arch = "x86_64") {
+        return String::new();
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let (a, counter, b) = (monotonic_ns(), tsc_now(), monotonic_ns());
+        let mut real = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime into a local timespec.
+        unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut real) };
+        let real = real.tv_sec as u64 * 1_000_000_000 + real.tv_nsec as u64;
+        format!("clock tsc {counter:#x} {} {real}\n", a + (b - a) / 2)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    String::new()
+}
+
+#[cfg(target_arch = "x86_64")]
+fn tsc_now() -> u64 {
+    // SAFETY: rdtsc reads the time stamp counter; it has no preconditions.
+    unsafe { core::arch::x86_64::_rdtsc() }
 }
