@@ -625,6 +625,23 @@ fn record_with_a_ring(arch: Arch) {
         "{err}"
     );
     assert!(meta_text(&trace).contains("\nring 65536 4096 16\n"));
+    // --trigger implies ring mode; five slow calls, each snapshot allowed.
+    let out = run_within(
+        record(&["--trigger", "slow_call>5ms", "--trigger-limit", "1000"])
+            .args(["2", "20000", "slow5"]),
+        300,
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let triggered = std::fs::read_dir(trace.join("snapshots"))
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read_dir(e.path()).unwrap().flatten().any(|f| {
+                std::fs::read_to_string(f.path()).is_ok_and(|m| m.contains("\nsnapshot trigger "))
+            })
+        })
+        .count();
+    assert_eq!(triggered, 5, "{}", stderr_of(&out));
     // Again: the previous recording's rings and snapshots go.
     let mut child = record(&["--ring", "--snapshot-signal", "USR2"])
         .args(["3", "1000", "hang"])
@@ -668,7 +685,18 @@ fn record_with_a_ring(arch: Arch) {
     for (args, expected) in [
         (
             &["--ring", "--mode", "gmon"][..],
-            "--ring records in ring mode",
+            "--ring and --trigger record in ring mode",
+        ),
+        (
+            &["--mode", "trace", "--trigger", "f>1ms"],
+            "--ring and --trigger record in ring mode",
+        ),
+        (&["--trigger", "slow_call"], "is not PATTERN>DURATION"),
+        (&["--trigger", "slow call>1ms"], "without blanks"),
+        (&["--trigger", "f>5 parsecs"], "unknown unit"),
+        (
+            &["--ring", "--trigger-limit", "5"],
+            "--trigger-limit goes with --trigger",
         ),
         (&["--ring=12"], "a size from 64K to 1G"),
         (&["--ring=2G"], "a size from 64K to 1G"),

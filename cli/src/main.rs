@@ -73,6 +73,14 @@ enum Command {
         /// a number…).
         #[arg(long, value_name = "SIG", value_parser = record::signal_name)]
         snapshot_signal: Option<String>,
+        /// Ring mode: take a snapshot when a call of a function matching PATTERN lasts longer
+        /// than DURATION (`'handle_*>10ms'`; patterns as --filter's). Repeat for several.
+        /// Implies --ring.
+        #[arg(long, value_name = "PATTERN>DURATION", value_parser = record::trigger)]
+        trigger: Vec<String>,
+        /// Ring mode: snapshots the triggers take per second, at most (1 to 1000; default 1).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+        trigger_limit: Option<u32>,
         /// The runtime to preload (default: libinstrfn.so next to this program, else the one
         /// built into it, written once to ~/.cache/instrfn).
         #[arg(long)]
@@ -145,9 +153,11 @@ fn main() -> ExitCode {
             mode,
             ring,
             snapshot_signal,
+            trigger,
+            trigger_limit,
             preload,
             cmd,
-        } => record::Recording::pick(mode, ring, snapshot_signal)
+        } => record::Recording::pick(mode, ring, snapshot_signal, trigger, trigger_limit)
             .and_then(|r| record::record(&output, &r, preload, &cmd)),
         Command::Snapshot { dir, pid } => snapshot::snapshot(&dir, pid),
         Command::Report(a) => report::run(&a),

@@ -32,6 +32,9 @@ pub struct Recording {
     pub ring: Option<String>,
     /// INSTRFN_SNAPSHOT_SIGNAL.
     pub snapshot_signal: Option<String>,
+    /// INSTRFN_TRIGGER's items, and INSTRFN_TRIGGER_LIMIT.
+    pub triggers: Vec<String>,
+    pub trigger_limit: Option<u32>,
 }
 
 impl Recording {
@@ -41,23 +44,62 @@ impl Recording {
         mode: Option<Mode>,
         ring: Option<String>,
         snapshot_signal: Option<String>,
+        triggers: Vec<String>,
+        trigger_limit: Option<u32>,
     ) -> Result<Recording, String> {
-        let mode = match (mode, &ring) {
-            (Some(Mode::Trace | Mode::Gmon), Some(_)) => {
-                return Err("--ring records in ring mode: it goes with --mode ring only".into());
+        let ringish = ring.is_some() || !triggers.is_empty();
+        let mode = match (mode, ringish) {
+            (Some(Mode::Trace | Mode::Gmon), true) => {
+                return Err(
+                    "--ring and --trigger record in ring mode: they go with --mode ring only"
+                        .into(),
+                );
             }
-            (_, Some(_)) => Mode::Ring,
-            (m, None) => m.unwrap_or(Mode::Trace),
+            (_, true) => Mode::Ring,
+            (m, false) => m.unwrap_or(Mode::Trace),
         };
         if mode != Mode::Ring && snapshot_signal.is_some() {
             return Err("--snapshot-signal is for ring mode: add --ring".into());
+        }
+        if triggers.is_empty() && trigger_limit.is_some() {
+            return Err("--trigger-limit goes with --trigger".into());
+        }
+        if triggers.len() > 8 {
+            return Err("at most 8 --trigger options".into());
         }
         Ok(Recording {
             mode,
             ring: ring.filter(|s| !s.is_empty()),
             snapshot_signal,
+            triggers,
+            trigger_limit,
         })
     }
+}
+
+/// `--trigger`'s `PATTERN>DURATION`, as INSTRFN_TRIGGER takes each item: a pattern without
+/// blanks, `;` or `>`, and a duration of at least 1 ns with ns, us, ms or s.
+pub fn trigger(s: &str) -> Result<String, String> {
+    let Some((pattern, duration)) = s.rsplit_once('>') else {
+        return Err(format!(
+            "`{s}` is not PATTERN>DURATION (say 'handle_*>10ms')"
+        ));
+    };
+    let pattern = pattern.trim();
+    if pattern.is_empty()
+        || pattern
+            .bytes()
+            .any(|b| b <= b' ' || b == b';' || b == b'>' || b == 0x7f)
+    {
+        return Err(format!(
+            "`{s}`: the pattern must be a name pattern without blanks, `;` or `>`"
+        ));
+    }
+    let ns = crate::filter::parse_duration(duration)?;
+    if ns < 1.0 {
+        return Err(format!("`{s}`: the duration must be at least 1ns"));
+    }
+    Ok(format!("{pattern}>{}", duration.trim()))
 }
 
 /// `--ring`'s SIZE: bytes, or with K, M or G, from 64K to 1G, as INSTRFN_RING takes them
@@ -195,6 +237,12 @@ pub fn record(
             }
             if let Some(sig) = &r.snapshot_signal {
                 command.env("INSTRFN_SNAPSHOT_SIGNAL", sig);
+            }
+            if !r.triggers.is_empty() {
+                command.env("INSTRFN_TRIGGER", r.triggers.join(";"));
+            }
+            if let Some(n) = r.trigger_limit {
+                command.env("INSTRFN_TRIGGER_LIMIT", n.to_string());
             }
         }
     }
