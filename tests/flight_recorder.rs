@@ -7,6 +7,7 @@
 mod common;
 
 use common::*;
+use std::ffi::OsStr;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -24,6 +25,7 @@ feature_tests! {
     triggers_keep_to_their_rate_limit(x86_64),
     a_bad_trigger_is_said_once_and_ignored(x86_64),
     short_lived_threads_recycle_rings(x86_64, aarch64),
+    every_route_records_into_rings(x86_64),
 }
 
 /// One round of a worker of ring.c: (kind, function).
@@ -732,5 +734,91 @@ fn short_lived_threads_recycle_rings(arch: Arch) {
             .filter(|e| e.kind == "entry" && e.name == "outer")
             .count();
         assert_eq!(rounds, 100, "{}", arch.name);
+    }
+}
+
+/// Ring mode takes every route trace mode takes: `__fentry__`, `-finstrument-functions`,
+/// XRay sleds patched natively (clang, linked without compiler-rt's XRay runtime), and gcc's
+/// `__return__` (linked with the stub the preloaded runtime overrides). Each run's exit
+/// snapshot holds both workers' 20 000 rounds, in order.
+fn every_route_records_into_rings(arch: Arch) {
+    let dir = workdir(&format!("ring-routes-{}", arch.name));
+    let stub = dir.join("libinstrfn-return-stub.so");
+    run_ok(
+        Command::new("gcc")
+            .args(["-shared", "-nostdlib", "-o"])
+            .arg(&stub)
+            .arg(root().join("preload/return-stub.s")),
+    );
+    let source = fixture("c/ring.c");
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    let routes: [(&str, &str, Vec<&str>, Vec<&OsStr>); 4] = [
+        ("fentry", "gcc", vec!["-pg", "-mfentry"], vec![]),
+        ("cyg", "gcc", vec!["-finstrument-functions"], vec![]),
+        (
+            "xray",
+            "clang",
+            vec![
+                "-fxray-instrument",
+                "-fxray-instruction-threshold=1",
+                "-Wno-unknown-attributes",
+            ],
+            vec![],
+        ),
+        (
+            "return",
+            "gcc",
+            vec!["-pg", "-mfentry", "-minstrument-return=call"],
+            vec![stub.as_os_str(), OsStr::new(&rpath)],
+        ),
+    ];
+    for (name, compiler, flags, link) in routes {
+        require_tool(compiler);
+        let obj = dir.join(format!("ring-{name}.o"));
+        run_ok(
+            Command::new(compiler)
+                .arg("-O2")
+                .arg("-c")
+                .args(&flags)
+                .arg(&source)
+                .arg("-o")
+                .arg(&obj),
+        );
+        let exe = dir.join(format!("ring-{name}"));
+        run_ok(
+            Command::new(compiler)
+                .arg(&obj)
+                .args(&link)
+                .arg("-lpthread")
+                .arg("-o")
+                .arg(&exe),
+        );
+        let trace = dir.join(format!("trace-{name}"));
+        let t = trace.display().to_string();
+        let env = ring_env(arch, &t, &[]);
+        let out = run_within(
+            &mut ring_command(arch, &exe, &["2", "20000", "exit"], &env, &dir),
+            300,
+        );
+        assert!(out.status.success(), "{name}: {}", stderr_of(&out));
+        let snaps = snapshots(&trace);
+        assert_eq!(snaps.len(), 1, "{name}");
+        assert_eq!(reason(&snaps[0]), "exit");
+        let p = instrfn_dump(&snaps[0]).remove(0);
+        let workers: Vec<&Vec<DumpEvent>> = p
+            .threads
+            .values()
+            .filter(|ev| ev.iter().any(|e| e.name == "outer"))
+            .collect();
+        assert_eq!(workers.len(), 2, "{name}");
+        for ev in workers {
+            let tail: &[(&str, &str)] = &[("entry", "done"), ("exit", "done"), ("exit", "worker")];
+            let tail = if ev.last().is_some_and(|e| e.name == "worker") {
+                tail
+            } else {
+                &tail[..2]
+            };
+            assert_eq!(assert_window(ev, tail, name), 20000, "{name}");
+        }
     }
 }
