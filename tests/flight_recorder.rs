@@ -26,6 +26,7 @@ feature_tests! {
     a_bad_trigger_is_said_once_and_ignored(x86_64),
     short_lived_threads_recycle_rings(x86_64, aarch64),
     every_route_records_into_rings(x86_64),
+    a_snapshot_says_which_calls_began_before_its_window(x86_64),
 }
 
 /// One round of a worker of ring.c: (kind, function).
@@ -821,4 +822,76 @@ fn every_route_records_into_rings(arch: Arch) {
             assert_eq!(assert_window(ev, tail, name), 20000, "{name}");
         }
     }
+}
+
+/// With 64 KiB rings the exit snapshot starts mid-call: `report` counts the exits without
+/// their entry as calls begun before the window, and the chrome export draws each one as a
+/// slice from the thread's first event, around every call of the window that nests in it.
+fn a_snapshot_says_which_calls_began_before_its_window(arch: Arch) {
+    let (dir, exe) = ring_fixture(arch, "window");
+    let trace = dir.join("trace");
+    let t = trace.display().to_string();
+    let env = ring_env(arch, &t, &[("INSTRFN_RING", "64K")]);
+    let out = run_within(
+        &mut ring_command(arch, &exe, &["1", "20000", "exit"], &env, &dir),
+        300,
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let snap = snapshots(&trace).remove(0);
+    let report = run_ok(Command::new(instrfn_cli()).arg("report").arg(&snap));
+    let head = stdout_of(&report);
+    assert!(
+        head.lines()
+            .next()
+            .unwrap()
+            .contains("calls begun before the window"),
+        "{head}"
+    );
+    let json = dir.join("window.json");
+    run_ok(
+        Command::new(instrfn_cli())
+            .args(["export", "--format", "chrome", "-o"])
+            .arg(&json)
+            .arg(&snap),
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let slices: Vec<&serde_json::Value> = events.iter().filter(|e| e["ph"] == "X").collect();
+    let begun: Vec<&&serde_json::Value> = slices
+        .iter()
+        .filter(|e| e["args"]["begun"] == "before the window")
+        .collect();
+    // The worker's own call, open from before the window to its exit.
+    let worker = begun
+        .iter()
+        .find(|e| e["name"] == "worker")
+        .unwrap_or_else(|| panic!("no worker slice begun before the window: {begun:?}"));
+    let (w0, w1) = (
+        worker["ts"].as_f64().unwrap(),
+        worker["ts"].as_f64().unwrap() + worker["dur"].as_f64().unwrap(),
+    );
+    let tid = &worker["tid"];
+    let mut inside = 0;
+    for e in slices
+        .iter()
+        .filter(|e| &e["tid"] == tid && e["name"] == "outer")
+    {
+        let (a, b) = (
+            e["ts"].as_f64().unwrap(),
+            e["ts"].as_f64().unwrap() + e["dur"].as_f64().unwrap(),
+        );
+        assert!(
+            w0 <= a && b <= w1 + 1e-3,
+            "outer [{a}, {b}] outside worker [{w0}, {w1}]"
+        );
+        inside += 1;
+    }
+    assert!(inside > 0);
+    // Its first slice starts where the thread's first event is.
+    let first = slices
+        .iter()
+        .filter(|e| &e["tid"] == tid)
+        .map(|e| e["ts"].as_f64().unwrap())
+        .fold(f64::INFINITY, f64::min);
+    assert_eq!(first, w0);
 }

@@ -59,6 +59,9 @@ struct ChromeWriter<'a> {
     error: Option<String>,
     bar: &'a indicatif::ProgressBar,
     seen: u64,
+    /// The current thread's first event (ticks), where calls begun before the trace (or a
+    /// snapshot's window) are drawn from.
+    thread_start: Option<u64>,
 }
 
 impl ChromeWriter<'_> {
@@ -139,6 +142,47 @@ impl Visitor for ChromeWriter<'_> {
         buf.push('}');
         self.put();
     }
+    fn thread(&mut self, _tid: u32, ts: u64) {
+        self.thread_start = Some(ts);
+    }
+    fn orphan_exit(&mut self, tid: u32, ts: u64, func: u64, open: &[u64]) {
+        // Begun before the window (no call open below it: else its entry was lost, and a
+        // slice from the start would not nest): a slice from the thread's first event.
+        let Some(start) = self.thread_start.filter(|_| open.is_empty()) else {
+            return;
+        };
+        let call = Call {
+            tid,
+            func,
+            start,
+            end: ts,
+            depth: 0,
+            self_ticks: ts.saturating_sub(start),
+            how: End::Exit,
+            outermost: true,
+        };
+        let (p, names) = (self.p, self.names);
+        if !self.filter.keep(&call, &p.clock, |f| names.name(f, start)) {
+            return;
+        }
+        self.seen += 1;
+        let name = quote(&names.name(func, start));
+        self.sep();
+        let _ = write!(
+            self.buf,
+            "{{\"ph\":\"X\",\"name\":{name},\"cat\":\"function\",\"ts\":{},\"dur\":{},\
+             \"pid\":{},\"tid\":{tid},\"args\":{{\"begun\":\"before the {}\"}}}}",
+            us(p.clock.ns(start) - self.zero),
+            us(ts.saturating_sub(start) as f64 * p.clock.ns_per_tick()),
+            p.pid,
+            if p.snapshot.is_some() {
+                "window"
+            } else {
+                "trace"
+            }
+        );
+        self.put();
+    }
     fn lost(&mut self, tid: u32, ts: u64, count: u64) {
         if !self.filter.thread(tid) {
             return;
@@ -209,6 +253,7 @@ pub fn write(
                 error: None,
                 bar,
                 seen: 0,
+                thread_start: None,
             };
             let r = walk(p, slot, trace_end(p), &mut w);
             w.flush();

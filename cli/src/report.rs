@@ -110,6 +110,9 @@ pub struct Report {
     /// From the earliest start to the latest end of the processes, ns.
     pub duration_ns: f64,
     pub orphan_exits: u64,
+    /// Whether the trace is a ring-mode snapshot: exits without entry are calls begun before
+    /// its window.
+    pub snapshot: bool,
     /// Calls the record-time filters left out.
     pub dropped: u64,
     /// Self time of all rows (before --limit).
@@ -243,6 +246,7 @@ pub fn build(trace: &Trace, a: &ReportArgs) -> Result<Report, String> {
         lost: procs.iter().map(|p| p.lost_total()).sum(),
         duration_ns: (hi - lo).max(0.0),
         orphan_exits,
+        snapshot: procs.iter().any(|p| p.snapshot.is_some()),
         dropped: procs.iter().map(|p| p.dropped).sum(),
         self_ns,
     })
@@ -314,7 +318,9 @@ fn text(r: &Report, a: &ReportArgs) -> String {
         if r.threads == 1 { "" } else { "s" },
         r.events,
         r.lost,
-        if r.orphan_exits > 0 {
+        if r.orphan_exits > 0 && r.snapshot {
+            format!(", {} calls begun before the window", r.orphan_exits)
+        } else if r.orphan_exits > 0 {
             format!(", {} exits without their entry", r.orphan_exits)
         } else {
             String::new()
@@ -412,6 +418,7 @@ fn json(r: &Report, a: &ReportArgs) -> String {
         "events": r.events,
         "lost": r.lost,
         "exits_without_entry": r.orphan_exits,
+        "snapshot": r.snapshot,
         "dropped_at_record_time": r.dropped,
         "quantiles": "from a log-linear histogram: within 0.4 % of a recorded duration",
         "functions": rows,

@@ -123,6 +123,7 @@ pub(crate) struct Meta {
     pub dropped: u64,
     pub ended: bool,
     pub collector: Option<Collector>,
+    pub snapshot: Option<String>,
 }
 
 /// Decodes a percent-encoded word (`-` is the empty word).
@@ -202,6 +203,7 @@ impl Meta {
             dropped: 0,
             ended: false,
             collector: None,
+            snapshot: None,
         };
         let mut have_process = false;
         let mut clocks = 0;
@@ -304,6 +306,7 @@ impl Meta {
                     }
                 }
                 "end" => m.ended = true,
+                "snapshot" => m.snapshot = Some(w.next().unwrap_or("").to_string()),
                 // A line this reader does not know (a minor addition of a later runtime).
                 _ => {}
             }

@@ -29,6 +29,8 @@ pub struct Process {
     pub ended: bool,
     /// The collector thread at the end (from the `collector` line), if it ran.
     pub collector: Option<Collector>,
+    /// A ring-mode snapshot's reason (its `snapshot` line): its events begin mid-call.
+    pub snapshot: Option<String>,
     /// The files read.
     pub meta_path: PathBuf,
     pub events_path: PathBuf,
@@ -53,6 +55,7 @@ impl Process {
             dropped,
             ended,
             collector,
+            snapshot,
         } = Meta::read(meta_path)?;
         let stage_path = events_path.with_extension("stage");
         let chunks = Chunks::open(events_path, &stage_path)?;
@@ -69,6 +72,7 @@ impl Process {
             dropped,
             ended,
             collector,
+            snapshot,
             meta_path: meta_path.to_path_buf(),
             events_path: events_path.to_path_buf(),
             stage_path,
