@@ -27,6 +27,7 @@ feature_tests! {
     short_lived_threads_recycle_rings(x86_64, aarch64),
     every_route_records_into_rings(x86_64),
     a_snapshot_says_which_calls_began_before_its_window(x86_64),
+    a_slow_request_of_a_server_fires_one_snapshot(x86_64, aarch64),
 }
 
 /// One round of a worker of ring.c: (kind, function).
@@ -894,4 +895,87 @@ fn a_snapshot_says_which_calls_began_before_its_window(arch: Arch) {
         .map(|e| e["ts"].as_f64().unwrap())
         .fold(f64::INFINITY, f64::min);
     assert_eq!(first, w0);
+}
+
+/// tests/fixtures/c/server.c: 4 workers handle 10 000 requests of microseconds; one takes
+/// 100 ms. With INSTRFN_TRIGGER='handle_request>30ms' (far from both, so a preempted fast
+/// request never trips it) and rings of 1 MiB, exactly one snapshot is taken. It holds that
+/// request whole: its handle_request with its callees in exact counts (parse 1, lookup 3,
+/// hash 150, respond 1). Most of the other requests are not in it.
+fn a_slow_request_of_a_server_fires_one_snapshot(arch: Arch) {
+    let dir = workdir(&format!("ring-server-{}", arch.name));
+    let exe = build_c(arch, &dir, "server.c", &[], Link::Preload);
+    let trace = dir.join("trace");
+    let t = trace.display().to_string();
+    let env = ring_env(
+        arch,
+        &t,
+        &[
+            ("INSTRFN_TRIGGER", "handle_request>30ms"),
+            ("INSTRFN_RING", "1M"),
+        ],
+    );
+    let out = run_within(
+        &mut ring_command(arch, &exe, &["4", "2500"], &env, &dir),
+        300,
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out).trim(), "handled 10000");
+    let fired = trigger_snapshots(&trace);
+    assert_eq!(fired.len(), 1, "{}: {fired:?}", arch.name);
+    let (tid, ns, whole, pattern) = trigger_line(&fired[0]);
+    assert_eq!(
+        (whole.as_str(), pattern.as_str()),
+        ("whole", "handle_request")
+    );
+    assert!(ns >= 100_000_000, "{}: {ns} ns", arch.name);
+    let p = instrfn_dump(&fired[0]).remove(0);
+    let events = &p.threads[&tid];
+    // The slow call: the handle_request whose exit comes 100 ms or more after its entry.
+    let mut open = Vec::new();
+    let mut slow = None;
+    for (i, e) in events.iter().enumerate() {
+        match e.kind.as_str() {
+            "entry" => open.push(i),
+            "exit" => {
+                if let Some(j) = open.pop()
+                    && e.name == "handle_request"
+                    && e.ns - events[j].ns >= 100e6
+                {
+                    slow = Some((j, i));
+                }
+            }
+            _ => {}
+        }
+    }
+    let (a, b) = slow.unwrap_or_else(|| panic!("{}: no 100 ms handle_request", arch.name));
+    assert_eq!(events[a].name, "handle_request");
+    let count = |name: &str| {
+        events[a..=b]
+            .iter()
+            .filter(|e| e.kind == "entry" && e.name == name)
+            .count()
+    };
+    assert_eq!(
+        [
+            count("parse"),
+            count("lookup"),
+            count("hash"),
+            count("respond")
+        ],
+        [1, 3, 150, 1],
+        "{}",
+        arch.name
+    );
+    let requests: usize = p
+        .threads
+        .values()
+        .flatten()
+        .filter(|e| e.kind == "entry" && e.name == "handle_request")
+        .count();
+    assert!(
+        requests < 5000,
+        "{}: {requests} of 10000 requests in the snapshot",
+        arch.name
+    );
 }

@@ -280,7 +280,7 @@ extern "C" fn watch(_: usize) -> ! {
                     }
                 }
             };
-            follow(slot, base, n, size, &mut check);
+            follow(slot, base, n, size, least, &mut check);
             if let Some((f, _)) = fired.as_mut()
                 && f.slot == index as u32
                 && f.tid == 0
@@ -300,13 +300,14 @@ extern "C" fn watch(_: usize) -> ! {
 }
 
 /// Reads the ring at `base` (n chunks of `size` bytes) from where `slot` stopped, up to its
-/// writer, and calls `check(function, entry, exit, entry seen)` for each call that ended
-/// there (entry not seen: the call began before that time).
+/// writer, and calls `check(function, entry, exit, entry seen)` for each call at least
+/// `least` ticks long that ended there (entry not seen: the call began before that time).
 fn follow(
     slot: &mut Slot,
     base: usize,
     n: usize,
     size: usize,
+    least: u64,
     check: &mut impl FnMut(usize, u64, u64, bool),
 ) {
     let read = |at: usize| -> u64 {
@@ -353,7 +354,8 @@ fn follow(
         let tbase = read(chunk + HDR_TBASE);
         let cbase = read(chunk + HDR_CBASE) as usize;
         // Calls that end here are checked once the chunk proves unchanged.
-        let mut ended: [(usize, u64, u64, bool); 8] = [(0, 0, 0, true); 8];
+        // Only calls at least `least` long: few, so a small array holds a pass's.
+        let mut ended: [(usize, u64, u64, bool); 32] = [(0, 0, 0, true); 32];
         let mut count = 0;
         // What was read counts only if the chunk proves unchanged: the open calls before.
         let (depth, saved) = (slot.depth, slot.stack);
@@ -384,7 +386,7 @@ fn follow(
                 let f = (cbase as u64)
                     .wrapping_add(EV_CALL_FN_OFFSET)
                     .wrapping_add(v >> (EV_CALL_T0_BITS + EV_CALL_DUR_BITS));
-                if count < ended.len() {
+                if d >= least && count < ended.len() {
                     ended[count] = (f as usize, t0, t0.wrapping_add(d), true);
                     count += 1;
                 }
@@ -426,12 +428,12 @@ fn follow(
                         .rev()
                         .find(|&i| slot.stack[i].0 == func)
                     {
-                        if count < ended.len() {
+                        if ts.wrapping_sub(slot.stack[i].1) >= least && count < ended.len() {
                             ended[count] = (func, slot.stack[i].1, ts, true);
                             count += 1;
                         }
                         slot.depth = i as u32;
-                    } else if count < ended.len() {
+                    } else if ts.wrapping_sub(slot.since) >= least && count < ended.len() {
                         // Begun before `since`: at least this long.
                         ended[count] = (func, slot.since, ts, false);
                         count += 1;
