@@ -638,7 +638,9 @@ mod tests {
 
     #[test]
     fn parses_triggers() {
-        let all = |v: &[u8]| triggers(v).collect::<Vec<_>>();
+        fn all(v: &[u8]) -> Vec<Option<(&[u8], u64)>> {
+            triggers(v).collect()
+        }
         assert_eq!(
             all(b"handle_*>10ms; parse>500us;"),
             [
@@ -655,7 +657,7 @@ mod tests {
             b"f>5 parsecs",
             b"a b>5ms",
         ] {
-            assert!(all(bad).iter().any(|t| t.is_none()), "{:?}", Bytes(bad));
+            assert!(all(bad).iter().any(|t| t.is_none()), "{}", Bytes(bad));
         }
     }
 
