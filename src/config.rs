@@ -597,39 +597,7 @@ fn parse_bool(v: &[u8]) -> Option<bool> {
 /// Signals that may carry the dump request: anything but those the kernel or the runtime
 /// reserve, and the synchronous fault signals.
 fn parse_signal(v: &[u8]) -> Option<c_int> {
-    let s = core::str::from_utf8(v).ok()?.trim();
-    let sig = if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
-        s.parse::<c_int>().ok()?
-    } else {
-        let name = s.strip_prefix("SIG").unwrap_or(s);
-        const NAMES: [(&str, c_int); 9] = [
-            ("HUP", libc::SIGHUP),
-            ("INT", libc::SIGINT),
-            ("QUIT", libc::SIGQUIT),
-            ("USR1", libc::SIGUSR1),
-            ("USR2", libc::SIGUSR2),
-            ("ALRM", libc::SIGALRM),
-            ("TERM", libc::SIGTERM),
-            ("WINCH", libc::SIGWINCH),
-            ("URG", libc::SIGURG),
-        ];
-        NAMES.iter().find(|(n, _)| name.eq_ignore_ascii_case(n))?.1
-    };
-    let forbidden = [
-        libc::SIGKILL,
-        libc::SIGSTOP,
-        libc::SIGPROF,
-        libc::SIGSEGV,
-        libc::SIGBUS,
-        libc::SIGILL,
-        libc::SIGFPE,
-        libc::SIGTRAP,
-        libc::SIGABRT,
-        libc::SIGSYS,
-        libc::SIGCHLD,
-    ];
-    let max = libc::SIGRTMAX();
-    (sig >= 1 && sig <= max && !forbidden.contains(&sig)).then_some(sig)
+    crate::base::signals::parse_signal(core::str::from_utf8(v).ok()?)
 }
 
 #[cfg(test)]

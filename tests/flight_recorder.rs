@@ -69,6 +69,22 @@ fn ring_command(
     command(arch, exe, args, &env, dir)
 }
 
+/// ring.c built for `arch` in a fresh work directory named after `name`, run in ring mode
+/// with `args` and `extra` settings: (work directory, trace, the run's output).
+fn run_ring(
+    arch: Arch,
+    name: &str,
+    args: &[&str],
+    extra: &[(&str, &str)],
+) -> (PathBuf, PathBuf, std::process::Output) {
+    let (dir, exe) = ring_fixture(arch, name);
+    let trace = dir.join("trace");
+    let t = trace.display().to_string();
+    let env = ring_env(arch, &t, extra);
+    let out = run_within(&mut ring_command(arch, &exe, args, &env, &dir), 300);
+    (dir, trace, out)
+}
+
 /// The snapshot directories of a ring trace, by number.
 fn snapshots(trace: &Path) -> Vec<PathBuf> {
     let mut v: Vec<(u32, PathBuf)> = std::fs::read_dir(trace.join("snapshots"))
@@ -174,13 +190,11 @@ fn assert_window(events: &[DumpEvent], tail: &[(&str, &str)], context: &str) -> 
 /// holds exactly the ring's last 16 chunks, whole rounds in order, none twice, ending with
 /// the thread's last calls; the ring went round many times.
 fn a_ring_keeps_exactly_its_newest_events(arch: Arch) {
-    let (dir, exe) = ring_fixture(arch, "wrap");
-    let trace = dir.join("trace");
-    let t = trace.display().to_string();
-    let env = ring_env(arch, &t, &[("INSTRFN_RING", "64K")]);
-    run_within(
-        &mut ring_command(arch, &exe, &["1", "100000", "exit"], &env, &dir),
-        300,
+    let (_, trace, _) = run_ring(
+        arch,
+        "wrap",
+        &["1", "100000", "exit"],
+        &[("INSTRFN_RING", "64K")],
     );
     let snaps = snapshots(&trace);
     assert_eq!(snaps.len(), 1, "{snaps:?}");
@@ -431,14 +445,7 @@ fn crash_snapshot_holds_the_calls_that_led_to_it(arch: Arch) {
 /// A fork child switches to rings of its own: each process's exit snapshot holds its own
 /// calls only, the child's 100 child_work calls in the child's.
 fn a_fork_child_records_into_rings_of_its_own(arch: Arch) {
-    let (dir, exe) = ring_fixture(arch, "fork");
-    let trace = dir.join("trace");
-    let t = trace.display().to_string();
-    let env = ring_env(arch, &t, &[]);
-    run_within(
-        &mut ring_command(arch, &exe, &["1", "1000", "fork"], &env, &dir),
-        300,
-    );
+    let (_, trace, _) = run_ring(arch, "fork", &["1", "1000", "fork"], &[]);
     let snaps = snapshots(&trace);
     assert_eq!(snaps.len(), 2, "{snaps:?}");
     assert_eq!(trace_files(&trace, ".ring").len(), 2);
@@ -545,14 +552,7 @@ fn trigger_snapshots(trace: &Path) -> Vec<PathBuf> {
 
 /// ring.c `slowK`/`bigK` with `extra` settings; returns the trace and the run's stderr.
 fn run_slow(arch: Arch, name: &str, end: &str, extra: &[(&str, &str)]) -> (PathBuf, String) {
-    let (dir, exe) = ring_fixture(arch, name);
-    let trace = dir.join("trace");
-    let t = trace.display().to_string();
-    let env = ring_env(arch, &t, extra);
-    let out = run_within(
-        &mut ring_command(arch, &exe, &["2", "20000", end], &env, &dir),
-        300,
-    );
+    let (_, trace, out) = run_ring(arch, name, &["2", "20000", end], extra);
     assert!(out.status.success(), "{}: {}", arch.name, stderr_of(&out));
     (trace, stderr_of(&out))
 }
@@ -700,14 +700,7 @@ fn a_bad_trigger_is_said_once_and_ignored(arch: Arch) {
 /// earlier owners' events until they are rewritten: the exit snapshot shows all 50 workers,
 /// each with its 100 rounds, under their own tids.
 fn short_lived_threads_recycle_rings(arch: Arch) {
-    let (dir, exe) = ring_fixture(arch, "serial");
-    let trace = dir.join("trace");
-    let t = trace.display().to_string();
-    let env = ring_env(arch, &t, &[]);
-    let out = run_within(
-        &mut ring_command(arch, &exe, &["50", "100", "serial"], &env, &dir),
-        300,
-    );
+    let (_, trace, out) = run_ring(arch, "serial", &["50", "100", "serial"], &[]);
     assert!(out.status.success(), "{}", stderr_of(&out));
     let ring_file = std::fs::read_dir(&trace)
         .unwrap()
@@ -829,13 +822,11 @@ fn every_route_records_into_rings(arch: Arch) {
 /// their entry as calls begun before the window, and the chrome export draws each one as a
 /// slice from the thread's first event, around every call of the window that nests in it.
 fn a_snapshot_says_which_calls_began_before_its_window(arch: Arch) {
-    let (dir, exe) = ring_fixture(arch, "window");
-    let trace = dir.join("trace");
-    let t = trace.display().to_string();
-    let env = ring_env(arch, &t, &[("INSTRFN_RING", "64K")]);
-    let out = run_within(
-        &mut ring_command(arch, &exe, &["1", "20000", "exit"], &env, &dir),
-        300,
+    let (dir, trace, out) = run_ring(
+        arch,
+        "window",
+        &["1", "20000", "exit"],
+        &[("INSTRFN_RING", "64K")],
     );
     assert!(out.status.success(), "{}", stderr_of(&out));
     let snap = snapshots(&trace).remove(0);

@@ -132,50 +132,19 @@ pub fn ring_size(s: &str) -> Result<String, String> {
 /// `--snapshot-signal`'s SIG: a name (with or without SIG) or a number, as
 /// INSTRFN_SNAPSHOT_SIGNAL takes it; not one the runtime or the program's crash needs.
 pub fn signal_name(s: &str) -> Result<String, String> {
-    const NAMES: [(&str, i32); 9] = [
-        ("HUP", libc::SIGHUP),
-        ("INT", libc::SIGINT),
-        ("QUIT", libc::SIGQUIT),
-        ("USR1", libc::SIGUSR1),
-        ("USR2", libc::SIGUSR2),
-        ("ALRM", libc::SIGALRM),
-        ("TERM", libc::SIGTERM),
-        ("WINCH", libc::SIGWINCH),
-        ("URG", libc::SIGURG),
-    ];
-    let name = s.trim();
-    let name = name.strip_prefix("SIG").unwrap_or(name);
-    let sig = match name.parse::<i32>() {
-        Ok(n) => Some(n),
-        Err(_) => NAMES
-            .iter()
-            .find(|(n, _)| name.eq_ignore_ascii_case(n))
-            .map(|&(_, sig)| sig),
-    };
-    let forbidden = [
-        libc::SIGKILL,
-        libc::SIGSTOP,
-        libc::SIGPROF,
-        libc::SIGSEGV,
-        libc::SIGBUS,
-        libc::SIGILL,
-        libc::SIGFPE,
-        libc::SIGTRAP,
-        libc::SIGABRT,
-        libc::SIGSYS,
-        libc::SIGCHLD,
-    ];
-    match sig {
-        Some(sig) if (1..=libc::SIGRTMAX()).contains(&sig) && !forbidden.contains(&sig) => {
-            Ok(s.trim().to_string())
-        }
-        _ => Err(
+    match signals::parse_signal(s) {
+        Some(_) => Ok(s.trim().to_string()),
+        None => Err(
             "a signal such as USR1, SIGUSR2, HUP or 10 (not KILL, STOP, PROF, CHLD or a \
-                  fault signal)"
+             fault signal)"
                 .into(),
         ),
     }
 }
+
+/// The signal names INSTRFN_SNAPSHOT_SIGNAL takes: one file for the runtime and this command.
+#[path = "../../src/base/signals.rs"]
+mod signals;
 
 /// Runs `cmd` with the runtime preloaded, recording into `output` as `r` says.
 pub fn record(
