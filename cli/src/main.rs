@@ -81,6 +81,10 @@ enum Command {
         /// Ring mode: snapshots the triggers take per second, at most (1 to 1000; default 1).
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
         trigger_limit: Option<u32>,
+        /// Ring mode: take no snapshot at exit (INSTRFN_EXIT_SNAPSHOT=off). Only triggers,
+        /// --snapshot-signal, the program and `instrfn snapshot` take them.
+        #[arg(long)]
+        no_exit_snapshot: bool,
         /// The runtime to preload (default: libinstrfn.so next to this program, else the one
         /// built into it, written once to ~/.cache/instrfn).
         #[arg(long)]
@@ -155,10 +159,18 @@ fn main() -> ExitCode {
             snapshot_signal,
             trigger,
             trigger_limit,
+            no_exit_snapshot,
             preload,
             cmd,
-        } => record::Recording::pick(mode, ring, snapshot_signal, trigger, trigger_limit)
-            .and_then(|r| record::record(&output, &r, preload, &cmd)),
+        } => record::Recording::pick(
+            mode,
+            ring,
+            snapshot_signal,
+            trigger,
+            trigger_limit,
+            no_exit_snapshot,
+        )
+        .and_then(|r| record::record(&output, &r, preload, &cmd)),
         Command::Snapshot { dir, pid } => snapshot::snapshot(&dir, pid),
         Command::Report(a) => report::run(&a),
         Command::Export(a) => export::run(&a),
