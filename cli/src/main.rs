@@ -30,6 +30,7 @@ mod runtime_lib;
 mod sink;
 mod snapshot;
 mod trace_dir;
+mod watch;
 mod xray;
 
 use clap::{Parser, Subcommand};
@@ -111,6 +112,8 @@ enum Command {
     ///
     /// Example: `instrfn record --ring ./server &`, later `instrfn snapshot`, then
     /// `instrfn report` (which reads the newest snapshot).
+    ///
+    /// With --watch it takes no snapshot: it lists DIR's snapshots as they are taken.
     Snapshot {
         /// The ring-mode trace directory.
         #[arg(default_value = "instrfn.data")]
@@ -118,6 +121,18 @@ enum Command {
         /// Only the rings of this process (every image it ran).
         #[arg(long)]
         pid: Option<u32>,
+        /// List the snapshots, one line each once complete: the existing ones, then each new
+        /// one (DIR/snapshots/<n>: <reason>, <T> threads, <E> events[, trigger: <pattern>
+        /// <ms> ms whole|incomplete]). DIR may not exist yet. Polls every 100 ms. Ends with
+        /// status 0 on Ctrl-C or SIGTERM, after --count new snapshots, or when the recording
+        /// ends: every process whose ring file it saw (running at the start, or new since)
+        /// has exited, and no new snapshot came for 1 s. A finished recording's old ring
+        /// files do not count: the watch then waits for a new one.
+        #[arg(long)]
+        watch: bool,
+        /// With --watch: end after N new snapshots (those there at the start not counted).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        count: Option<u64>,
     },
     /// List the raw events of a trace, per process and thread.
     Dump {
@@ -171,7 +186,19 @@ fn main() -> ExitCode {
             no_exit_snapshot,
         )
         .and_then(|r| record::record(&output, &r, preload, &cmd)),
-        Command::Snapshot { dir, pid } => snapshot::snapshot(&dir, pid),
+        Command::Snapshot {
+            dir,
+            pid,
+            watch,
+            count,
+        } => match (watch, pid, count) {
+            (true, Some(_), _) => Err("--pid goes without --watch: a watch lists every \
+                                       process's snapshots"
+                .into()),
+            (true, None, _) => watch::watch(&dir, count),
+            (false, _, Some(_)) => Err("--count goes with --watch".into()),
+            (false, _, None) => snapshot::snapshot(&dir, pid),
+        },
         Command::Report(a) => report::run(&a),
         Command::Export(a) => export::run(&a),
         Command::Dump {
