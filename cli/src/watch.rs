@@ -86,11 +86,11 @@ fn ended(state: &State, alive: bool, last_change: Instant) -> bool {
 /// What the watch has seen.
 #[derive(Default)]
 struct State {
-    /// The snapshots directory's identity (device, inode): a new one (the recording started
-    /// over) clears `listed`.
-    snapshots_dir: Option<(u64, u64)>,
-    /// The snapshots listed: (n, the directory's inode).
-    listed: HashSet<(u64, u64)>,
+    /// The snapshots directory's identity: a new one (the recording started over) clears
+    /// `listed`.
+    snapshots_dir: Option<Identity>,
+    /// The snapshots listed: n and the directory's identity.
+    listed: HashSet<(u64, Identity)>,
     /// The ring files of this recording: (pid, file name, inode).
     rings: HashSet<(i32, String, u64)>,
     /// Every ring file seen, this recording's or not: (file name, inode).
@@ -129,9 +129,7 @@ impl State {
     /// Prints a line for each snapshot newly complete, by n, at most `limit`; returns how
     /// many.
     fn scan_snapshots(&mut self, dir: &Path, limit: Option<u64>) -> u64 {
-        let id = std::fs::metadata(dir.join("snapshots"))
-            .ok()
-            .map(|m| (m.dev(), m.ino()));
+        let id = identity(&dir.join("snapshots"));
         if id != self.snapshots_dir {
             self.snapshots_dir = id;
             self.listed.clear();
@@ -141,13 +139,13 @@ impl State {
             if limit.is_some_and(|l| listed >= l) {
                 break;
             }
-            let Ok(ino) = std::fs::metadata(&snap).map(|m| m.ino()) else {
+            let Some(id) = identity(&snap) else {
                 continue;
             };
-            if self.listed.contains(&(n, ino)) || !snapshot_complete(&snap) {
+            if self.listed.contains(&(n, id)) || !snapshot_complete(&snap) {
                 continue;
             }
-            self.listed.insert((n, ino));
+            self.listed.insert((n, id));
             listed += 1;
             match describe(&snap) {
                 Ok(line) => println!("{}: {line}", snap.display()),
@@ -156,6 +154,15 @@ impl State {
         }
         listed
     }
+}
+
+/// A directory's identity: device, inode, and its change time in ns. A directory removed and
+/// made again may get the same inode (ext4 does), not the same change time.
+type Identity = (u64, u64, i64);
+
+fn identity(path: &Path) -> Option<Identity> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.dev(), m.ino(), m.ctime() * 1_000_000_000 + m.ctime_nsec()))
 }
 
 /// Whether process `pid` runs (a zombie does not).
