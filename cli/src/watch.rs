@@ -169,7 +169,9 @@ fn identity(path: &Path) -> Option<Identity> {
 fn alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
         // The state follows the command's closing parenthesis.
-        let state = s.rsplit_once(')').and_then(|(_, rest)| rest.trim().chars().next());
+        let state = s
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim().chars().next());
         !matches!(state, Some('Z' | 'X') | None)
     })
 }
@@ -225,5 +227,10 @@ fn describe(snap: &Path) -> Result<String, String> {
 fn trigger_text(fields: &str) -> Option<String> {
     let f: Vec<&str> = fields.splitn(8, ' ').collect();
     let ns: u64 = f.get(5)?.parse().ok()?;
-    Some(format!("{} {:.1} ms {}", f.get(7)?, ns as f64 / 1e6, f.get(6)?))
+    Some(format!(
+        "{} {:.1} ms {}",
+        f.get(7)?,
+        ns as f64 / 1e6,
+        f.get(6)?
+    ))
 }
