@@ -7,8 +7,8 @@
 //! Modules, bottom up: `sink` (where output goes), `names` (function names, warnings), `filter`
 //! (which processes and calls count), `protobuf` (its encoding) and `perfetto_packets`; the outputs `chrome`,
 //! `perfetto`, `folded`, `pprof` and `xray`; `trace_dir` (which trace a reading command
-//! reads); the commands `export`, `report`, `dump`, `snapshot` and `record` (which prints
-//! dump's summary line).
+//! reads); the commands `export`, `report`, `dump`, `snapshot`, `watch` (`snapshot --watch`)
+//! and `record` (which prints dump's summary line).
 
 use std::ffi::OsString;
 use std::path::PathBuf;

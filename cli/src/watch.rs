@@ -86,10 +86,8 @@ fn ended(state: &State, alive: bool, last_change: Instant) -> bool {
 /// What the watch has seen.
 #[derive(Default)]
 struct State {
-    /// The snapshots directory's identity: a new one (the recording started over) clears
-    /// `listed`.
-    snapshots_dir: Option<Identity>,
-    /// The snapshots listed: n and the directory's identity.
+    /// The snapshots listed: n and the directory's identity. A recording that starts over
+    /// makes new directories of the same n: they are listed again.
     listed: HashSet<(u64, Identity)>,
     /// The ring files of this recording: (pid, file name, inode).
     rings: HashSet<(i32, String, u64)>,
@@ -129,11 +127,6 @@ impl State {
     /// Prints a line for each snapshot newly complete, by n, at most `limit`; returns how
     /// many.
     fn scan_snapshots(&mut self, dir: &Path, limit: Option<u64>) -> u64 {
-        let id = identity(&dir.join("snapshots"));
-        if id != self.snapshots_dir {
-            self.snapshots_dir = id;
-            self.listed.clear();
-        }
         let mut listed = 0;
         for (n, snap) in snapshots(dir) {
             if limit.is_some_and(|l| listed >= l) {
