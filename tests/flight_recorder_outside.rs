@@ -1,6 +1,7 @@
 //! Snapshots of the flight recorder taken from outside the program (`instrfn snapshot DIR`,
 //! docs/trace-format.md, "Rings"): while it runs, after SIGKILL, after it exited; how
-//! `report`, `export` and `dump` read a ring-mode trace; `instrfn record --ring`.
+//! `report`, `export` and `dump` read a ring-mode trace; `instrfn record --ring`;
+//! `instrfn snapshot --watch` (flight_recorder_outside/watch.rs).
 //! tests/fixtures/c/ring.c makes a known call shape on T threads (`spin`: forever).
 //!
 //! Each snapshot is checked twice: through `instrfn dump` (every worker's window is whole
@@ -27,7 +28,13 @@ feature_tests! {
     reading_a_ring_trace_takes_its_newest_snapshot(x86_64),
     bad_directories_get_one_line(x86_64),
     record_with_a_ring(x86_64),
+    record_without_the_exit_snapshot(x86_64),
+    watch_lists_snapshots_as_they_come(x86_64),
 }
+
+#[path = "flight_recorder_outside/watch.rs"]
+mod watch;
+use watch::{record_without_the_exit_snapshot, watch_lists_snapshots_as_they_come};
 
 /// One round of a worker of ring.c: (kind, function).
 const ROUND: [(&str, &str); 6] = [

@@ -7,8 +7,8 @@
 //! Modules, bottom up: `sink` (where output goes), `names` (function names, warnings), `filter`
 //! (which processes and calls count), `protobuf` (its encoding) and `perfetto_packets`; the outputs `chrome`,
 //! `perfetto`, `folded`, `pprof` and `xray`; `trace_dir` (which trace a reading command
-//! reads); the commands `export`, `report`, `dump`, `snapshot` and `record` (which prints
-//! dump's summary line).
+//! reads); the commands `export`, `report`, `dump`, `snapshot`, `watch` (`snapshot --watch`)
+//! and `record` (which prints dump's summary line).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -30,6 +30,7 @@ mod runtime_lib;
 mod sink;
 mod snapshot;
 mod trace_dir;
+mod watch;
 mod xray;
 
 use clap::{Parser, Subcommand};
@@ -81,6 +82,10 @@ enum Command {
         /// Ring mode: snapshots the triggers take per second, at most (1 to 1000; default 1).
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
         trigger_limit: Option<u32>,
+        /// Ring mode: take no snapshot at exit (INSTRFN_EXIT_SNAPSHOT=off). Only triggers,
+        /// --snapshot-signal, the program and `instrfn snapshot` take them.
+        #[arg(long)]
+        no_exit_snapshot: bool,
         /// The runtime to preload (default: libinstrfn.so next to this program, else the one
         /// built into it, written once to ~/.cache/instrfn).
         #[arg(long)]
@@ -107,6 +112,8 @@ enum Command {
     ///
     /// Example: `instrfn record --ring ./server &`, later `instrfn snapshot`, then
     /// `instrfn report` (which reads the newest snapshot).
+    ///
+    /// With --watch it takes no snapshot: it lists DIR's snapshots as they are taken.
     Snapshot {
         /// The ring-mode trace directory.
         #[arg(default_value = "instrfn.data")]
@@ -114,6 +121,18 @@ enum Command {
         /// Only the rings of this process (every image it ran).
         #[arg(long)]
         pid: Option<u32>,
+        /// List the snapshots, one line each once complete: the existing ones, then each new
+        /// one (DIR/snapshots/<n>: <reason>, <T> threads, <E> events[, trigger: <pattern>
+        /// <ms> ms whole|incomplete]). DIR may not exist yet. Polls every 100 ms. Ends with
+        /// status 0 on Ctrl-C or SIGTERM, after --count new snapshots, or when the recording
+        /// ends: every process whose ring file it saw (running at the start, or new since)
+        /// has exited, and no new snapshot came for 1 s. A finished recording's old ring
+        /// files do not count: the watch then waits for a new one.
+        #[arg(long)]
+        watch: bool,
+        /// With --watch: end after N new snapshots (those there at the start not counted).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        count: Option<u64>,
     },
     /// List the raw events of a trace, per process and thread.
     Dump {
@@ -155,11 +174,31 @@ fn main() -> ExitCode {
             snapshot_signal,
             trigger,
             trigger_limit,
+            no_exit_snapshot,
             preload,
             cmd,
-        } => record::Recording::pick(mode, ring, snapshot_signal, trigger, trigger_limit)
-            .and_then(|r| record::record(&output, &r, preload, &cmd)),
-        Command::Snapshot { dir, pid } => snapshot::snapshot(&dir, pid),
+        } => record::Recording::pick(
+            mode,
+            ring,
+            snapshot_signal,
+            trigger,
+            trigger_limit,
+            no_exit_snapshot,
+        )
+        .and_then(|r| record::record(&output, &r, preload, &cmd)),
+        Command::Snapshot {
+            dir,
+            pid,
+            watch,
+            count,
+        } => match (watch, pid, count) {
+            (true, Some(_), _) => Err("--pid goes without --watch: a watch lists every \
+                                       process's snapshots"
+                .into()),
+            (true, None, _) => watch::watch(&dir, count),
+            (false, _, Some(_)) => Err("--count goes with --watch".into()),
+            (false, _, None) => snapshot::snapshot(&dir, pid),
+        },
         Command::Report(a) => report::run(&a),
         Command::Export(a) => export::run(&a),
         Command::Dump {

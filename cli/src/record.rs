@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::ValueEnum;
 use instrfn_trace::Trace;
-use instrfn_trace::ring::newest_snapshot;
+use instrfn_trace::ring::{snapshot_complete, snapshot_reason, snapshots};
 
 use crate::dump::trace_summary;
 use crate::runtime_lib;
@@ -35,17 +35,21 @@ pub struct Recording {
     /// INSTRFN_TRIGGER's items, and INSTRFN_TRIGGER_LIMIT.
     pub triggers: Vec<String>,
     pub trigger_limit: Option<u32>,
+    /// INSTRFN_EXIT_SNAPSHOT=off (`--no-exit-snapshot`).
+    pub no_exit_snapshot: bool,
 }
 
 impl Recording {
-    /// The recording `--mode`, `--ring[=SIZE]` and `--snapshot-signal` ask for (`ring` is
-    /// empty for `--ring` without a size).
+    /// The recording `--mode`, `--ring[=SIZE]`, `--snapshot-signal`, `--trigger`,
+    /// `--trigger-limit` and `--no-exit-snapshot` ask for (`ring` is empty for `--ring`
+    /// without a size).
     pub fn pick(
         mode: Option<Mode>,
         ring: Option<String>,
         snapshot_signal: Option<String>,
         triggers: Vec<String>,
         trigger_limit: Option<u32>,
+        no_exit_snapshot: bool,
     ) -> Result<Recording, String> {
         let ringish = ring.is_some() || !triggers.is_empty();
         let mode = match (mode, ringish) {
@@ -61,6 +65,9 @@ impl Recording {
         if mode != Mode::Ring && snapshot_signal.is_some() {
             return Err("--snapshot-signal is for ring mode: add --ring".into());
         }
+        if mode != Mode::Ring && no_exit_snapshot {
+            return Err("--no-exit-snapshot is for ring mode: add --ring".into());
+        }
         if triggers.is_empty() && trigger_limit.is_some() {
             return Err("--trigger-limit goes with --trigger".into());
         }
@@ -73,6 +80,7 @@ impl Recording {
             snapshot_signal,
             triggers,
             trigger_limit,
+            no_exit_snapshot,
         })
     }
 }
@@ -213,12 +221,15 @@ pub fn record(
             if let Some(n) = r.trigger_limit {
                 command.env("INSTRFN_TRIGGER_LIMIT", n.to_string());
             }
+            if r.no_exit_snapshot {
+                command.env("INSTRFN_EXIT_SNAPSHOT", "off");
+            }
         }
     }
     let status = command
         .status()
         .map_err(|e| format!("cannot run {}: {e}", cmd[0].to_string_lossy()))?;
-    summary(&output, mode, &cmd[0]);
+    summary(&output, r, &cmd[0]);
     Ok(pass_through(status))
 }
 
@@ -238,7 +249,7 @@ fn pass_through(status: std::process::ExitStatus) -> ExitCode {
     ExitCode::FAILURE
 }
 
-fn summary(output: &Path, mode: Mode, cmd: &std::ffi::OsStr) {
+fn summary(output: &Path, r: &Recording, cmd: &std::ffi::OsStr) {
     let hint = |what: &str| {
         // INSTRFN_START=off and nothing started recording: not a build problem.
         let off = std::env::var("INSTRFN_START").is_ok_and(|v| {
@@ -263,7 +274,7 @@ fn summary(output: &Path, mode: Mode, cmd: &std::ffi::OsStr) {
             cmd.to_string_lossy()
         );
     };
-    match mode {
+    match r.mode {
         Mode::Gmon => {
             let n = std::fs::read_dir(output)
                 .map(|d| {
@@ -278,7 +289,7 @@ fn summary(output: &Path, mode: Mode, cmd: &std::ffi::OsStr) {
                 eprintln!("instrfn: {n} profiles in {}", output.display());
             }
         }
-        Mode::Ring => ring_summary(output, &hint),
+        Mode::Ring => ring_summary(output, r.no_exit_snapshot, &hint),
         Mode::Trace => match Trace::open(output) {
             Ok(trace) => match trace_summary(&trace, output) {
                 (0, _) if trace.processes.iter().all(|p| p.lost_total() == 0) => hint("event"),
@@ -301,8 +312,9 @@ fn summary(output: &Path, mode: Mode, cmd: &std::ffi::OsStr) {
 }
 
 /// Ring mode's line: the summary of the newest snapshot (the exit snapshot, unless
-/// INSTRFN_EXIT_SNAPSHOT=off or the program was killed), or how to take one.
-fn ring_summary(output: &Path, hint: &dyn Fn(&str)) {
+/// INSTRFN_EXIT_SNAPSHOT=off or the program was killed) and, when there are several, how many
+/// of each reason; or how to take one.
+fn ring_summary(output: &Path, no_exit_snapshot: bool, hint: &dyn Fn(&str)) {
     let rings = std::fs::read_dir(output).map_or(0, |d| {
         d.flatten()
             .filter(|e| e.file_name().to_string_lossy().ends_with(".ring"))
@@ -311,19 +323,48 @@ fn ring_summary(output: &Path, hint: &dyn Fn(&str)) {
     if rings == 0 {
         return hint("event");
     }
-    let Some((snap, reason)) = newest_snapshot(output) else {
+    let complete: Vec<PathBuf> = snapshots(output)
+        .into_iter()
+        .map(|(_, p)| p)
+        .filter(|p| snapshot_complete(p))
+        .collect();
+    let Some(snap) = complete.last() else {
+        let why = if no_exit_snapshot {
+            "--no-exit-snapshot, and no trigger or signal took one"
+        } else {
+            "INSTRFN_EXIT_SNAPSHOT=off, or the program was killed"
+        };
         eprintln!(
-            "instrfn: no snapshot of the rings in {0} (INSTRFN_EXIT_SNAPSHOT=off, or the \
-             program was killed): take one with instrfn snapshot {0}",
+            "instrfn: no snapshot of the rings in {0} ({why}): take one with instrfn snapshot {0}",
             output.display()
         );
         return;
     };
-    match Trace::open(&snap) {
+    // Reasons in the order they first came, with their counts.
+    let mut reasons: Vec<(String, usize)> = Vec::new();
+    for p in &complete {
+        let reason = snapshot_reason(p).unwrap_or_else(|| "unknown".into());
+        match reasons.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, n)) => *n += 1,
+            None => reasons.push((reason, 1)),
+        }
+    }
+    let newest = snapshot_reason(snap).unwrap_or_default();
+    let head = if complete.len() == 1 {
+        format!("{newest} snapshot")
+    } else {
+        let counts: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
+        format!(
+            "{} snapshots ({}); newest, {newest} snapshot",
+            complete.len(),
+            counts.join(", ")
+        )
+    };
+    match Trace::open(snap) {
         Ok(trace) => {
-            let line = trace_summary(&trace, &snap).1;
+            let line = trace_summary(&trace, snap).1;
             let body = line.strip_prefix("instrfn: ").unwrap_or(&line);
-            eprintln!("instrfn: {reason} snapshot: {body}");
+            eprintln!("instrfn: {head}: {body}");
         }
         Err(e) => eprintln!("instrfn: cannot read the snapshot: {e}"),
     }

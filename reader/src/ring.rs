@@ -327,21 +327,23 @@ pub fn snapshot_complete(snap: &Path) -> bool {
         })
 }
 
-/// The newest complete snapshot of the ring-mode trace in `dir` (`dir/snapshots/<n>`, the
-/// highest n that is complete), and its `snapshot` line's reason.
-pub fn newest_snapshot(dir: &Path) -> Option<(PathBuf, String)> {
-    let mut numbered: Vec<(u64, PathBuf)> = std::fs::read_dir(dir.join("snapshots"))
-        .ok()?
+/// The snapshot directories of the ring-mode trace in `dir`, `dir/snapshots/<n>`, by n
+/// (complete or not).
+pub fn snapshots(dir: &Path) -> Vec<(u64, PathBuf)> {
+    let Ok(entries) = std::fs::read_dir(dir.join("snapshots")) else {
+        return Vec::new();
+    };
+    let mut numbered: Vec<(u64, PathBuf)> = entries
         .flatten()
         .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path())))
         .collect();
     numbered.sort();
-    let snap = numbered
-        .into_iter()
-        .rev()
-        .map(|(_, p)| p)
-        .find(|p| snapshot_complete(p))?;
-    let reason = std::fs::read_dir(&snap)
+    numbered
+}
+
+/// The reason in snapshot directory `snap`'s `snapshot` line (`exit`, `trigger`, …).
+pub fn snapshot_reason(snap: &Path) -> Option<String> {
+    std::fs::read_dir(snap)
         .ok()?
         .flatten()
         .filter(|e| e.path().extension().is_some_and(|x| x == "meta"))
@@ -350,7 +352,17 @@ pub fn newest_snapshot(dir: &Path) -> Option<(PathBuf, String)> {
             let line = text.lines().find_map(|l| l.strip_prefix("snapshot "))?;
             Some(line.split(' ').next()?.to_string())
         })
-        .unwrap_or_default();
+}
+
+/// The newest complete snapshot of the ring-mode trace in `dir` (`dir/snapshots/<n>`, the
+/// highest n that is complete), and its `snapshot` line's reason.
+pub fn newest_snapshot(dir: &Path) -> Option<(PathBuf, String)> {
+    let snap = snapshots(dir)
+        .into_iter()
+        .rev()
+        .map(|(_, p)| p)
+        .find(|p| snapshot_complete(p))?;
+    let reason = snapshot_reason(&snap).unwrap_or_default();
     Some((snap, reason))
 }
 
