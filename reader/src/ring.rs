@@ -172,13 +172,22 @@ impl RingFile {
                 Copied::Rewritten // SEQ_REWRITING, or a newer number
             };
         }
+        // Where the events end: the first zero word. The thread may still rewrite its newest
+        // event (an entry that becomes a call word) but no event before it: once a later
+        // word is written, the earlier ones are final. So the copy takes the words up to
+        // that end, read after it was found, and zeros after: every word but the last is
+        // final, and the last reads as before or after its rewrite, both whole.
+        let mut end = at + CHUNK_HEADER;
+        while end < at + self.chunk_size && self.raw(end) != 0 {
+            end += 8;
+        }
+        fence(Ordering::Acquire);
         out.clear();
         out.reserve(self.chunk_size);
-        for w in (at..at + self.chunk_size).step_by(8) {
-            // Word by word: an event the thread is storing reads as before or after, never
-            // torn (the newest chunk grows during the copy).
+        for w in (at..end).step_by(8) {
             out.extend_from_slice(&self.raw(w).to_ne_bytes());
         }
+        out.resize(self.chunk_size, 0);
         // The copy's loads come before the second look at the number.
         fence(Ordering::Acquire);
         if self.word(at + HDR_SEQ) != expect || &out[..8] != CHUNK_MAGIC {

@@ -5,6 +5,7 @@ writeback and snapshot sections.
 usage: scripts/bench/ring.py sizing    [--runs 5] [--iterations 20000000] [--dir /tmp]
        scripts/bench/ring.py writeback [--seconds 45] [--ring 4M] [--dir /tmp --dir /dev/shm]
        scripts/bench/ring.py snapshot  [--threads 1,2,4,8] [--dir /tmp --dir /dev/shm]
+       scripts/bench/ring.py outside   [--threads 4] [--runs 5] [--dir /tmp]
 
 Needs `cargo build --release` first (target/release/libinstrfn.so and instrfn) and gcc.
 Builds tests/fixtures/c/threads.c plain (gcc -O2) and with -pg (linked without -pg,
@@ -26,6 +27,12 @@ snapshot   scripts/bench/ring-snapshot.c: T threads fill their rings for 300 ms,
            (not instrumented) calls instrfn_snapshot() 5 times, with the threads waiting
            (idle) or still calling (busy). Prints the min and median wall time of a
            snapshot, and the chunks dropped (rewritten during their copy) per snapshot.
+outside    `instrfn snapshot DIR` of a running program: the threads workload at --threads
+           (default 4 here) in ring mode (4 MiB rings), its rings full; the wall time of each
+           of 10 snapshots (the command's whole run), min and median. Then the cost to the
+           running threads of 10 snapshots a second: the workload at 1 and 2 threads, best of
+           --runs, with and without a loop that runs `instrfn snapshot` every 100 ms;
+           rounds interleaved.
 The machine and kernel settings go first in the output.
 """
 import argparse
@@ -267,9 +274,63 @@ def snapshot(a, exe, work):
         shutil.rmtree(out, ignore_errors=True)
 
 
+def outside(a, exe, work):
+    t = int(a.threads.split(",")[-1]) if a.threads != "1,2,4,8" else 4
+    d = os.path.join(a.dir[0], f"instrfn-ring-outside-{os.getpid()}")
+    env = dict(os.environ, LD_PRELOAD=PRELOAD, INSTRFN_MODE="ring", INSTRFN_OUTPUT=d,
+               INSTRFN_EXIT_SNAPSHOT="off")
+    shutil.rmtree(d, ignore_errors=True)
+    p = subprocess.Popen([exe["pg"], str(t), str(10**10)], stdout=subprocess.DEVNULL, env=env)
+    try:
+        time.sleep(2)  # every ring full
+        ms, chunks = [], []
+        for _ in range(10):
+            t0 = time.perf_counter()
+            out = subprocess.run([INSTRFN, "snapshot", d], capture_output=True, text=True)
+            ms.append((time.perf_counter() - t0) * 1e3)
+            if out.returncode != 0:
+                die(f"instrfn snapshot: {out.stderr.strip()}")
+            m = re.search(r"in (\d+) chunks, (\d+) chunks rewritten", out.stdout)
+            chunks.append((int(m.group(1)), int(m.group(2))))
+    finally:
+        p.kill()
+        p.wait()
+    print(f"outside snapshot of {t} threads x 4 MiB rings, {a.dir[0]} ({fs_type(a.dir[0])}): "
+          f"min {min(ms):.1f} ms, median {statistics.median(ms):.1f} ms; chunks kept "
+          f"{statistics.median(c[0] for c in chunks)}, dropped {sum(c[1] for c in chunks)} "
+          f"in 10")
+    shutil.rmtree(d, ignore_errors=True)
+    n = a.iterations // 4
+    for threads in (1, 2):
+        best = {}
+        for _ in range(a.runs):
+            for name in ("plain", "ring", "ring+10/s"):
+                shutil.rmtree(d, ignore_errors=True)
+                e = dict(os.environ) if name == "plain" else env
+                t0 = time.perf_counter()
+                p = subprocess.Popen([exe["plain" if name == "plain" else "pg"], str(threads),
+                                      str(n)], stdout=subprocess.DEVNULL, env=e)
+                taken = 0
+                while name == "ring+10/s" and p.poll() is None:
+                    time.sleep(0.1)
+                    if os.path.isdir(d):
+                        subprocess.run([INSTRFN, "snapshot", d], capture_output=True)
+                        taken += 1
+                p.wait()
+                w = time.perf_counter() - t0
+                best[name] = min(best.get(name, w), w)
+        calls = 2 * threads * n
+        per = {k: (v - best["plain"]) * min(threads, os.cpu_count()) / calls * 1e9
+               for k, v in best.items()}
+        print(f"  {threads} thread(s), {n} iterations, best of {a.runs}: ring {per['ring']:.1f} "
+              f"ns/call, with 10 snapshots/s {per['ring+10/s']:.1f} ns/call; wall "
+              f"{best['ring+10/s'] / best['ring']:.3f} x")
+    shutil.rmtree(d, ignore_errors=True)
+
+
 def main():
     p = argparse.ArgumentParser(description="Ring mode's sizing, writeback and snapshot figures.")
-    p.add_argument("what", choices=["sizing", "writeback", "snapshot"])
+    p.add_argument("what", choices=["sizing", "writeback", "snapshot", "outside"])
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--iterations", type=int, default=20_000_000)
     p.add_argument("--seconds", type=float, default=45)
@@ -289,7 +350,8 @@ def main():
     work = tempfile.mkdtemp(prefix="instrfn-ring-")
     try:
         exe = build(work)
-        {"sizing": sizing, "writeback": writeback, "snapshot": snapshot}[a.what](a, exe, work)
+        {"sizing": sizing, "writeback": writeback, "snapshot": snapshot,
+         "outside": outside}[a.what](a, exe, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -216,6 +216,26 @@ pub fn publish(block: &ThreadBlock, base: usize, seq: u64) {
     }
 }
 
+/// Zeros in `fd` from byte `from` to `to` (nothing if `to <= from`).
+fn zero(fd: i32, mut from: usize, to: usize) -> Result<(), i32> {
+    static ZEROS: [u8; 4096] = [0; 4096];
+    while from < to {
+        let n = (to - from).min(ZEROS.len());
+        // SAFETY: pwrite(2) from a static buffer.
+        let w = unsafe {
+            syscall(
+                libc::SYS_pwrite64,
+                [fd as usize, ZEROS.as_ptr() as usize, n, from, 0, 0],
+            )
+        };
+        if w <= 0 {
+            return Err(if w < 0 { -w as i32 } else { libc::ENOSPC });
+        }
+        from += w as usize;
+    }
+    Ok(())
+}
+
 /// Where `block`'s ring lies, if it has one: its base, chunks and chunk size (for readers
 /// inside the process: crate::trace::trigger).
 pub fn view(block: &ThreadBlock) -> Option<(usize, usize, usize)> {
@@ -480,6 +500,8 @@ fn copy_meta(out: i32, name: &StackBuf<64>, reason: &[u8]) -> Result<(), i32> {
 /// and the time base of the oldest chunk kept of slot `slot` (None: none kept).
 fn copy_rings(events: i32, meta_out: i32, slot: u32) -> Result<(usize, Option<u64>), i32> {
     let mut since = None;
+    // How far into `events` copies were written.
+    let mut high = 0usize;
     let n = CHUNKS.load(Ordering::Relaxed);
     let size = CHUNK_BYTES.load(Ordering::Relaxed);
     let mut kept = 0usize;
@@ -510,12 +532,25 @@ fn copy_rings(events: i32, meta_out: i32, slot: u32) -> Result<(usize, Option<u6
             fence(Ordering::Acquire);
             // SAFETY: the chunk header, as above.
             let tbase = unsafe { ((base + HDR_TBASE) as *const u64).read_volatile() };
+            // Where its events end: the first zero word. Its thread may still rewrite its
+            // newest event (an entry that becomes a call word) but none before it, so the
+            // copy ends there: every word but the last is final, and the last reads whole,
+            // before or after its rewrite. The rest of the copy stays a hole (zeros).
+            let mut len = CHUNK_HEADER;
+            // SAFETY: words of the mapped chunk, as above.
+            while len < size && unsafe { ((base + len) as *const u64).read_volatile() } != 0 {
+                len += 8;
+            }
+            fence(Ordering::Acquire);
             let at = kept * size;
             // SAFETY: pwrite(2) from the mapped chunk.
-            let w = unsafe { syscall(libc::SYS_pwrite64, [events as usize, base, size, at, 0, 0]) };
-            if w != size as isize {
+            let w = unsafe { syscall(libc::SYS_pwrite64, [events as usize, base, len, at, 0, 0]) };
+            if w != len as isize {
                 return Err(if w < 0 { -w as i32 } else { libc::ENOSPC });
             }
+            // A dropped copy may have written past this one's end: zeros there.
+            zero(events, at + len, high.min(at + size))?;
+            high = high.max(at + len);
             fence(Ordering::SeqCst);
             // SAFETY: as above.
             if unsafe { seq_at.read_volatile() } != seq {
