@@ -124,7 +124,7 @@ fn take(trace: &Path, extra: &[&str]) -> Taken {
     );
     let line = stdout_of(&out);
     assert_eq!(line.lines().count(), 1, "{line}");
-    // snapshot DIR/snapshots/N: T threads, E events in K chunks, D chunks rewritten during …
+    // snapshot DIR/snapshots/N: T threads, K chunks, D chunks rewritten during the copy
     let (dir, rest) = line
         .trim()
         .strip_prefix("snapshot ")
@@ -132,13 +132,13 @@ fn take(trace: &Path, extra: &[&str]) -> Taken {
         .unwrap_or_else(|| panic!("{line}"));
     let n = numbers_of(rest);
     assert!(
-        rest.ends_with("chunks rewritten during the copy") && n.len() == 4,
+        rest.ends_with("chunks rewritten during the copy") && n.len() == 3,
         "{line}"
     );
     Taken {
         dir: PathBuf::from(dir),
-        chunks: n[2],
-        dropped: n[3],
+        chunks: n[1],
+        dropped: n[2],
     }
 }
 

@@ -10,7 +10,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use instrfn_trace::ring::{RingFile, events_in};
+use instrfn_trace::ring::RingFile;
 
 /// One program image's ring file: `<pid>.<k>` and the file opened.
 struct Image {
@@ -23,7 +23,6 @@ struct Image {
 struct Kept {
     threads: usize,
     chunks: usize,
-    events: u64,
     dropped: u64,
 }
 
@@ -43,15 +42,13 @@ pub fn snapshot(dir: &Path, pid: Option<u32>) -> Result<ExitCode, String> {
         let kept = copy_image(dir, &snap, image, mono)?;
         total.threads += kept.threads;
         total.chunks += kept.chunks;
-        total.events += kept.events;
         total.dropped += kept.dropped;
     }
     println!(
-        "snapshot {}: {} thread{}, {} events in {} chunks, {} chunks rewritten during the copy",
+        "snapshot {}: {} thread{}, {} chunks, {} chunks rewritten during the copy",
         snap.display(),
         total.threads,
         if total.threads == 1 { "" } else { "s" },
-        total.events,
         total.chunks,
         total.dropped
     );
@@ -181,24 +178,20 @@ fn copy_image(dir: &Path, snap: &Path, image: &Image, mono: u64) -> Result<Kept,
     }
     events.flush().map_err(write_error)?;
     drop(events);
-    let (count, newest) = events_in(&events_path).map_err(|e| e.to_string())?;
-    kept.events = count;
     let meta_path = dir.join(format!("{}.meta", image.name));
     let mut meta = std::fs::read(&meta_path)
         .map_err(|e| format!("cannot read {}: {e}", meta_path.display()))?;
     if meta.last().is_some_and(|&b| b != b'\n') {
         meta.push(b'\n'); // a line cut short as it was written
     }
-    // The counter field: the newest timestamp of the events kept. The runtime writes its
-    // counter at the snapshot's start, but the program's counter is mostly not ours to read
-    // (a program of another architecture under qemu, a process gone): see live_clock_line.
-    // The reader does not use this field. The CLOCK_MONOTONIC field is the snapshot's start,
-    // as the runtime's.
+    // The counter field: 0. The runtime writes its counter at the snapshot's start, but the
+    // program's counter is mostly not ours to read (a program of another architecture under
+    // qemu, a process gone): see live_clock_line. The reader does not use this field. The
+    // CLOCK_MONOTONIC field is the snapshot's start, as the runtime's.
     meta.extend_from_slice(live_clock_line(&meta, &image.name).as_bytes());
     meta.extend_from_slice(
         format!(
-            "snapshot outside {:#x} {mono}\n{windows}complete {}\n",
-            newest.unwrap_or(0),
+            "snapshot outside 0x0 {mono}\n{windows}complete {}\n",
             kept.chunks
         )
         .as_bytes(),

@@ -290,7 +290,7 @@ def outside(a, exe, work):
             ms.append((time.perf_counter() - t0) * 1e3)
             if out.returncode != 0:
                 die(f"instrfn snapshot: {out.stderr.strip()}")
-            m = re.search(r"in (\d+) chunks, (\d+) chunks rewritten", out.stdout)
+            m = re.search(r"(\d+) chunks, (\d+) chunks rewritten", out.stdout)
             chunks.append((int(m.group(1)), int(m.group(2))))
     finally:
         p.kill()
