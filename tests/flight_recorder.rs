@@ -380,64 +380,67 @@ fn snapshot_on_a_signal_shows_where_threads_wait(arch: Arch) {
     }
 }
 
-/// A SIGSEGV in a worker with rings on: the process ends as without instrfn (signal, core
-/// dump), and the crash snapshot's window of that thread ends in the faulting calls.
+/// A SIGSEGV, and an abort(), in a worker with rings on: the process ends as without instrfn
+/// (signal, core dump), and the crash snapshot's window of that thread ends in the calls
+/// that led there.
 fn crash_snapshot_holds_the_calls_that_led_to_it(arch: Arch) {
     use std::os::unix::process::ExitStatusExt;
-    let (dir, exe) = ring_fixture(arch, "crash");
-    let trace = dir.join("trace");
-    let t = trace.display().to_string();
-    let crash = |extra: &[(&str, &str)]| {
-        let env = ring_env(arch, &t, extra);
-        let mut cmd = Command::new("sh");
-        cmd.arg("-c")
-            .arg("ulimit -c unlimited; exec \"$0\" \"$@\"")
-            .arg(&exe)
-            .args(["2", "5000", "crash"])
-            .current_dir(&dir)
-            .envs(env);
-        run(&mut cmd)
-    };
-    let off = crash(&[("INSTRFN_CRASH_WRITE", "off")]);
-    assert_eq!(off.status.signal(), Some(libc::SIGSEGV));
-    assert!(
-        snapshots(&trace).is_empty(),
-        "a snapshot with INSTRFN_CRASH_WRITE=off"
-    );
-    let on = crash(&[]);
-    assert_eq!(
-        on.status.signal(),
-        off.status.signal(),
-        "{}",
-        stderr_of(&on)
-    );
-    assert_eq!(
-        on.status.core_dumped(),
-        off.status.core_dumped(),
-        "core dump"
-    );
-    let snaps = snapshots(&trace);
-    assert_eq!(snaps.len(), 1, "{snaps:?}");
-    assert_eq!(reason(&snaps[0]), "crash");
-    let p = instrfn_dump(&snaps[0]).remove(0);
-    let crashed = p
-        .threads
-        .values()
-        .find(|ev| ev.iter().any(|e| e.name == "crash_now"))
-        .expect("the crashing thread");
-    assert_window(
-        crashed,
-        &[
-            ("entry", "done"),
-            ("exit", "done"),
-            ("entry", "crash_now"),
-            ("entry", "fault"),
-        ],
-        "crash",
-    );
-    for core in std::fs::read_dir(&dir).unwrap().flatten() {
-        if core.file_name().to_string_lossy().starts_with("core") {
-            let _ = std::fs::remove_file(core.path());
+    for (end, signal, last) in [
+        (
+            "crash",
+            libc::SIGSEGV,
+            &[("entry", "crash_now"), ("entry", "fault")][..],
+        ),
+        ("abort", libc::SIGABRT, &[("entry", "abort_now")][..]),
+    ] {
+        let (dir, exe) = ring_fixture(arch, end);
+        let trace = dir.join("trace");
+        let t = trace.display().to_string();
+        let crash = |extra: &[(&str, &str)]| {
+            let env = ring_env(arch, &t, extra);
+            let mut cmd = Command::new("sh");
+            cmd.arg("-c")
+                .arg("ulimit -c unlimited; exec \"$0\" \"$@\"")
+                .arg(&exe)
+                .args(["2", "5000", end])
+                .current_dir(&dir)
+                .envs(env);
+            run(&mut cmd)
+        };
+        let off = crash(&[("INSTRFN_CRASH_WRITE", "off")]);
+        assert_eq!(off.status.signal(), Some(signal), "{end}");
+        assert!(
+            snapshots(&trace).is_empty(),
+            "{end}: a snapshot with INSTRFN_CRASH_WRITE=off"
+        );
+        let on = crash(&[]);
+        assert_eq!(
+            on.status.signal(),
+            off.status.signal(),
+            "{end}: {}",
+            stderr_of(&on)
+        );
+        assert_eq!(
+            on.status.core_dumped(),
+            off.status.core_dumped(),
+            "{end}: core dump"
+        );
+        let snaps = snapshots(&trace);
+        assert_eq!(snaps.len(), 1, "{end}: {snaps:?}");
+        assert_eq!(reason(&snaps[0]), "crash");
+        let p = instrfn_dump(&snaps[0]).remove(0);
+        let crashed = p
+            .threads
+            .values()
+            .find(|ev| ev.iter().any(|e| e.name == last[0].1))
+            .expect("the crashing thread");
+        let mut tail = vec![("entry", "done"), ("exit", "done")];
+        tail.extend_from_slice(last);
+        assert_window(crashed, &tail, end);
+        for core in std::fs::read_dir(&dir).unwrap().flatten() {
+            if core.file_name().to_string_lossy().starts_with("core") {
+                let _ = std::fs::remove_file(core.path());
+            }
         }
     }
 }

@@ -30,6 +30,7 @@ feature_tests! {
     record_with_a_ring(x86_64),
     record_without_the_exit_snapshot(x86_64),
     watch_lists_snapshots_as_they_come(x86_64),
+    a_deadlock_snapshotted_from_outside_shows_where_threads_wait(x86_64, aarch64),
 }
 
 #[path = "flight_recorder_outside/watch.rs"]
@@ -90,7 +91,18 @@ impl Drop for Spinner {
 
 /// Starts ring.c with T workers spinning and waits for its "ready".
 fn spin(arch: Arch, exe: &Path, threads: &str, trace: &Path, extra: &[(&str, &str)]) -> Spinner {
-    let mut child = ring_command(arch, exe, &[threads, "0", "spin"], trace, extra)
+    start_ready(arch, exe, &[threads, "0", "spin"], trace, extra)
+}
+
+/// Starts ring.c with `args` (spin or hang) and waits for its "ready".
+fn start_ready(
+    arch: Arch,
+    exe: &Path,
+    args: &[&str],
+    trace: &Path,
+    extra: &[(&str, &str)],
+) -> Spinner {
+    let mut child = ring_command(arch, exe, args, trace, extra)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -717,5 +729,39 @@ fn record_with_a_ring(arch: Arch) {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(expected), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+/// A deadlocked program (ring.c `hang`: 3 workers block in wait_here for good): snapshots
+/// from outside, taken until every worker got there, show each worker's window ending in the
+/// call where it waits, still open. The program goes on waiting meanwhile.
+fn a_deadlock_snapshotted_from_outside_shows_where_threads_wait(arch: Arch) {
+    let (dir, exe) = ring_fixture(arch, "deadlock");
+    let trace = dir.join("trace");
+    let _program = start_ready(arch, &exe, &["3", "1000", "hang"], &trace, &[]);
+    let deadline = Instant::now() + DEADLINE;
+    let tail = [("entry", "done"), ("exit", "done"), ("entry", "wait_here")];
+    loop {
+        let taken = take(&trace, &[]);
+        let waiting = instrfn_dump(&taken.dir)
+            .iter()
+            .flat_map(|p| p.threads.values())
+            .filter(|ev| {
+                ev.last()
+                    .is_some_and(|e| e.kind == "entry" && e.name == "wait_here")
+            })
+            .count();
+        if waiting == 3 {
+            let workers = worker_windows(&taken.dir, &tail, arch.name);
+            assert_eq!(workers.len(), 3, "{}", arch.name);
+            assert_eq!(taken.dropped, 0, "{}: nothing writes", arch.name);
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}: the workers never all waited",
+            arch.name
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
