@@ -424,9 +424,10 @@ mod tests {
         out.bytes(GMON_MAGIC);
         out.u32(GMON_VERSION);
         out.bytes(&[0; 12]);
-        // 200000 samples at 1000 Hz in the callee's first bin (two pcs of it): 200 s, four
-        // same-range records.
-        let start = callee & !3;
+        // 200000 samples at 1000 Hz in the callee's first whole bin (two pcs of it): 200 s,
+        // four same-range records. (riscv64's functions may start at 2 mod 4: the bin then
+        // starts 2 bytes in.)
+        let start = (callee + 3) & !3;
         let samples = [
             Sample {
                 pc: start,
