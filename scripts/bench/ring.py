@@ -31,7 +31,8 @@ outside    `instrfn snapshot DIR` of a running program: the threads workload at 
            (default 4 here) in ring mode (4 MiB rings), its rings full; the wall time of each
            of 10 snapshots (the command's whole run), min and median. Then the cost to the
            running threads of 10 snapshots a second: the workload at 1 and 2 threads, best of
-           --runs, with and without a loop that runs `instrfn snapshot` every 100 ms;
+           --runs, with and without a loop that runs `instrfn snapshot` every 100 ms, or
+           sends SIGUSR2 (INSTRFN_SNAPSHOT_SIGNAL: the program snapshots itself) every 100 ms;
            rounds interleaved.
 The machine and kernel settings go first in the output.
 """
@@ -39,6 +40,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -304,18 +306,20 @@ def outside(a, exe, work):
     for threads in (1, 2):
         best = {}
         for _ in range(a.runs):
-            for name in ("plain", "ring", "ring+10/s"):
+            for name in ("plain", "ring", "ring+10/s", "ring+usr2"):
                 shutil.rmtree(d, ignore_errors=True)
                 e = dict(os.environ) if name == "plain" else env
+                if name == "ring+usr2":
+                    e = dict(env, INSTRFN_SNAPSHOT_SIGNAL="USR2")
                 t0 = time.perf_counter()
                 p = subprocess.Popen([exe["plain" if name == "plain" else "pg"], str(threads),
                                       str(n)], stdout=subprocess.DEVNULL, env=e)
-                taken = 0
-                while name == "ring+10/s" and p.poll() is None:
+                while name in ("ring+10/s", "ring+usr2") and p.poll() is None:
                     time.sleep(0.1)
-                    if os.path.isdir(d):
+                    if name == "ring+usr2" and os.path.isdir(d) and os.listdir(d):
+                        p.send_signal(signal.SIGUSR2)
+                    elif name == "ring+10/s" and os.path.isdir(d):
                         subprocess.run([INSTRFN, "snapshot", d], capture_output=True)
-                        taken += 1
                 p.wait()
                 w = time.perf_counter() - t0
                 best[name] = min(best.get(name, w), w)
@@ -323,8 +327,9 @@ def outside(a, exe, work):
         per = {k: (v - best["plain"]) * min(threads, os.cpu_count()) / calls * 1e9
                for k, v in best.items()}
         print(f"  {threads} thread(s), {n} iterations, best of {a.runs}: ring {per['ring']:.1f} "
-              f"ns/call, with 10 snapshots/s {per['ring+10/s']:.1f} ns/call; wall "
-              f"{best['ring+10/s'] / best['ring']:.3f} x")
+              f"ns/call; 10 snapshots/s: by `instrfn snapshot` {per['ring+10/s']:.1f} ns/call "
+              f"(wall {best['ring+10/s'] / best['ring']:.3f} x), by SIGUSR2 in the program "
+              f"{per['ring+usr2']:.1f} ns/call (wall {best['ring+usr2'] / best['ring']:.3f} x)")
     shutil.rmtree(d, ignore_errors=True)
 
 
