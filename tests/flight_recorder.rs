@@ -19,6 +19,7 @@ feature_tests! {
     snapshot_on_a_signal_shows_where_threads_wait(x86_64, aarch64, riscv64, s390x),
     crash_snapshot_holds_the_calls_that_led_to_it(x86_64),
     a_fork_child_records_into_rings_of_its_own(x86_64),
+    spawned_children_record_into_rings_of_their_own(x86_64),
     a_full_disk_is_said_once_and_the_program_runs_on(x86_64),
     a_slow_call_fires_its_trigger(x86_64, aarch64, riscv64, s390x),
     a_call_longer_than_its_ring_is_marked_incomplete(x86_64),
@@ -476,6 +477,31 @@ fn a_fork_child_records_into_rings_of_its_own(arch: Arch) {
     }
     child_work.sort();
     assert_eq!(child_work, [0, 100]);
+}
+
+/// A child made by posix_spawn, and one by vfork and execv, each run ring.c again (1 worker,
+/// 100 rounds): three processes, three ring files, three exit snapshots. The parent's holds
+/// its 2 × 1000 rounds, each child's its own 100, and none the others'. (x86_64 only: under
+/// qemu-user a child would exec the foreign binary without qemu.)
+fn spawned_children_record_into_rings_of_their_own(arch: Arch) {
+    let (_, trace, out) = run_ring(arch, "spawn", &["2", "1000", "spawn"], &[]);
+    assert!(out.status.success(), "{}: {}", arch.name, stderr_of(&out));
+    let snaps = snapshots(&trace);
+    assert_eq!(snaps.len(), 3, "{snaps:?}");
+    assert_eq!(trace_files(&trace, ".ring").len(), 3);
+    let mut rounds: Vec<usize> = snaps
+        .iter()
+        .map(|s| {
+            let procs = instrfn_dump(s);
+            assert_eq!(procs.len(), 1, "{}", s.display());
+            dump_counts(&procs[0])
+                .get(&("entry".into(), "outer".into()))
+                .copied()
+                .unwrap_or(0)
+        })
+        .collect();
+    rounds.sort();
+    assert_eq!(rounds, [100, 100, 2000], "{}", arch.name);
 }
 
 /// Rings on a file system too small for them (a 256 KiB tmpfs; the test needs root): said
