@@ -8,7 +8,6 @@ mod common;
 
 use common::*;
 use std::ffi::OsStr;
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -334,11 +333,7 @@ fn snapshot_on_a_signal_shows_where_threads_wait(arch: Arch) {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line.trim(), "ready");
+    read_ready(&mut child);
     let pid = child.id() as i32;
     let result = std::panic::catch_unwind(move || {
         let mut seen = 0;

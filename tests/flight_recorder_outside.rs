@@ -106,11 +106,7 @@ fn start_ready(
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line.trim(), "ready");
+    read_ready(&mut child);
     Spinner(child)
 }
 
@@ -667,11 +663,7 @@ fn record_with_a_ring(arch: Arch) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line.trim(), "ready");
+    read_ready(&mut child);
     assert!(!trace.join("snapshots/1").exists());
     assert!(meta_text(&trace).contains("\nring 4194304 262144 16\n"));
     let pid: i32 = trace_files(&trace, ".meta")[0]

@@ -263,16 +263,15 @@ fn fake_tls(what: &str, without: &str) -> Option<usize> {
     Some(tp)
 }
 
-/// The collector thread: commits retired chunks, fills the pool, sleeps until woken (or a
-/// second has passed).
-extern "C" fn collector_main(_: usize) -> ! {
-    // SAFETY: PR_SET_NAME with a NUL-terminated name of at most 16 bytes.
+/// Names the calling thread (PR_SET_NAME: at most 15 bytes), for `ps -T` and debuggers.
+pub fn name_this_thread(name: &core::ffi::CStr) {
+    // SAFETY: PR_SET_NAME with a NUL-terminated name; the kernel copies at most 16 bytes.
     unsafe {
         syscall(
             libc::SYS_prctl,
             [
                 libc::PR_SET_NAME as usize,
-                c"instrfn-collect".as_ptr() as usize,
+                name.as_ptr() as usize,
                 0,
                 0,
                 0,
@@ -280,6 +279,12 @@ extern "C" fn collector_main(_: usize) -> ! {
             ],
         )
     };
+}
+
+/// The collector thread: commits retired chunks, fills the pool, sleeps until woken (or a
+/// second has passed).
+extern "C" fn collector_main(_: usize) -> ! {
+    name_this_thread(c"instrfn-collect");
     // Nice 19 (INSTRFN_COLLECTOR_NICE): the collector takes CPU time the program's threads
     // leave, and little of theirs where they keep every CPU busy — there its work only
     // displaced theirs, with context switches on top. Starved, it lets the pool run dry and

@@ -181,20 +181,7 @@ const DECIDED: u16 = 1 << 15;
 
 /// The watcher thread: reads the rings every millisecond, forever.
 extern "C" fn watch(_: usize) -> ! {
-    // SAFETY: PR_SET_NAME with a NUL-terminated name of at most 16 bytes.
-    unsafe {
-        syscall(
-            libc::SYS_prctl,
-            [
-                libc::PR_SET_NAME as usize,
-                c"instrfn-trigger".as_ptr() as usize,
-                0,
-                0,
-                0,
-                0,
-            ],
-        )
-    };
+    collector::name_this_thread(c"instrfn-trigger");
     let mut state = STATE.load(Ordering::Relaxed);
     if state == 0 {
         // Zeroed, and untouched pages cost nothing: a slot's page is touched when it is used.

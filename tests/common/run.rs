@@ -291,3 +291,14 @@ pub fn numbers_of(text: &str) -> Vec<u64> {
         .filter_map(|w| w.parse().ok())
         .collect()
 }
+
+/// Waits for the first line of `child`'s piped stdout and asserts it is `ready` (the fixtures
+/// that spin or hang print it once their threads run).
+pub fn read_ready(child: &mut std::process::Child) {
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout piped"))
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+}
